@@ -1,0 +1,351 @@
+"""The data model every other module speaks: tasks, diffs, evidence cards, merge reports, errors.
+
+This module owns plain values and the error hierarchy. It must not import any other
+module of the package, hold state, or do I/O: everything here is safe to build in any
+thread and to serialise as JSON.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "AgentDescentError",
+    "CASConflict",
+    "ContractError",
+    "Diff",
+    "EvidenceCard",
+    "GovernanceError",
+    "LedgerError",
+    "MergeOutcome",
+    "MergeReport",
+    "ProposalContractError",
+    "ProviderError",
+    "RewardContractError",
+    "Task",
+    "apply_ops",
+    "stable_hash",
+    "vv_staleness",
+]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class AgentDescentError(Exception):
+    """Root of every error the package raises on purpose.
+
+    Catch this to handle anything agentdescent reports; the subclasses say which
+    side is at fault (the caller's contract, the ledger, a provider, governance).
+    """
+
+
+class ContractError(AgentDescentError, ValueError):
+    """A caller broke the contract of a public function (a bad value or callable)."""
+
+
+class RewardContractError(ContractError):
+    """A reward function returned something that is not a finite number in [0, 1]."""
+
+
+class ProposalContractError(ContractError, TypeError):
+    """A proposer returned something that is neither ``str`` nor ``None``."""
+
+
+class LedgerError(AgentDescentError):
+    """The ledger cannot do what was asked: unknown artifact, unreadable file, bad state."""
+
+
+class CASConflict(LedgerError):
+    """A compare-and-swap commit lost: the head moved past the caller's base version.
+
+    Attributes:
+        artifact_id: the artifact whose head moved.
+        base_version: the version the caller built on.
+        head_version: the version the ledger holds now.
+    """
+
+    def __init__(self, artifact_id: str, base_version: int, head_version: int) -> None:
+        self.artifact_id = artifact_id
+        self.base_version = base_version
+        self.head_version = head_version
+        super().__init__(
+            f"compare-and-swap lost on artifact {artifact_id!r}: built on version "
+            f"{base_version}, but the head is now version {head_version}; re-read the head "
+            "and re-apply the diff"
+        )
+
+
+class GovernanceError(AgentDescentError, ValueError):
+    """An operation would break a governance rule (for example evolving a frozen L0 artifact)."""
+
+
+class ProviderError(AgentDescentError):
+    """A model provider failed: authentication, rate limit, bad request or unavailability."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def stable_hash(*parts: object, bits: int = 64) -> int:
+    """A process-independent hash of ``parts`` (blake2b over their ``repr``/``str``).
+
+    Python's ``hash()`` of a string changes between processes; every partition, seed
+    and content address in the package goes through this function instead so that runs
+    repeat bit for bit.
+
+    Args:
+        *parts: values joined by an unambiguous separator; strings are used as is,
+            anything else through ``repr``.
+        bits: width of the result, a multiple of 8 up to 512.
+
+    Returns:
+        A non-negative integer below ``2**bits``.
+    """
+    if bits <= 0 or bits % 8 or bits > 512:
+        raise ValueError(f"bits={bits!r}: use a multiple of 8 between 8 and 512")
+    h = hashlib.blake2b(digest_size=bits // 8)
+    for part in parts:
+        text = part if isinstance(part, str) else repr(part)
+        data = text.encode("utf-8")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return int.from_bytes(h.digest(), "big")
+
+
+def vv_staleness(head: Mapping[str, int], base: Mapping[str, int]) -> int:
+    """Version-vector staleness: how many versions the head has moved past ``base``.
+
+    Args:
+        head: artifact id -> current head version.
+        base: artifact id -> the version a diff was built on.
+
+    Returns:
+        ``max(head[k] - base[k])`` over the keys of ``base`` (an artifact missing from
+        ``head`` counts as not moved); 0 for an empty base.
+    """
+    if not base:
+        return 0
+    return max(max(0, int(head.get(k, v)) - int(v)) for k, v in base.items())
+
+
+def apply_ops(state: Mapping[str, str], ops: Mapping[str, str | None]) -> dict[str, str]:
+    """Return a new state with ``ops`` applied: a string writes the key, ``None`` deletes it."""
+    new = dict(state)
+    for key, value in ops.items():
+        if value is None:
+            new.pop(key, None)
+        else:
+            new[key] = value
+    return new
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work a worker rolls out against the artifact.
+
+    Equality and hash use ``id`` only, so a task can key dictionaries and sets even
+    when ``meta`` holds unhashable values.
+
+    Args:
+        id: unique, stable identifier (duplicates are rejected by the engines).
+        prompt: the input the agent sees.
+        meta: anything the reward or the agent needs (gold answers, labels...).
+    """
+
+    id: str
+    prompt: str = field(compare=False)
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ContractError(f"Task.id must be a non-empty str, got {self.id!r}")
+        if not isinstance(self.prompt, str):
+            raise ContractError(
+                f"Task {self.id!r}: prompt must be a str, got {type(self.prompt).__name__}"
+            )
+
+
+@dataclass(frozen=True)
+class Diff:
+    """A proposed change to one artifact: key writes (``str``) and deletions (``None``).
+
+    Args:
+        diff_id: unique id of this proposal (content-derived by the strategies).
+        target: the artifact id the diff applies to.
+        ops: key -> new value, or ``None`` to delete the key.
+        contract_breaking: the change alters an interface others rely on; a stale
+            contract-breaking diff is discarded under every staleness policy.
+        author: who proposed it (a worker id, "fusion", ...), for audit only.
+
+    Raises:
+        TypeError: an op key is not a ``str`` or an op value is neither ``str`` nor ``None``.
+    """
+
+    diff_id: str
+    target: str
+    ops: dict[str, str | None]
+    contract_breaking: bool = False
+    author: str = "unknown"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ops, Mapping):
+            raise TypeError(f"Diff {self.diff_id!r}: ops must be a dict, got {type(self.ops).__name__}")
+        for key, value in self.ops.items():
+            if not isinstance(key, str):
+                raise TypeError(f"Diff {self.diff_id!r}: op key {key!r} must be a str")
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"Diff {self.diff_id!r}: op {key!r} has a {type(value).__name__} value; "
+                    "use a str to write the key or None to delete it"
+                )
+        object.__setattr__(self, "ops", dict(self.ops))
+
+    def size(self) -> int:
+        """Number of keys the diff touches."""
+        return len(self.ops)
+
+    def chars(self) -> int:
+        """Total characters the diff writes (its payload size for the trust region)."""
+        return sum(len(k) + len(v or "") for k, v in self.ops.items())
+
+    def apply(self, state: Mapping[str, str]) -> dict[str, str]:
+        """Return ``state`` with this diff's ops applied (``state`` is not modified)."""
+        return apply_ops(state, self.ops)
+
+    def is_noop(self, state: Mapping[str, str]) -> bool:
+        """True when applying the diff to ``state`` would change nothing."""
+        return all(state.get(k) == v for k, v in self.ops.items())
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of the diff."""
+        return {
+            "diff_id": self.diff_id,
+            "target": self.target,
+            "ops": dict(self.ops),
+            "contract_breaking": self.contract_breaking,
+            "author": self.author,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Diff:
+        """Rebuild a diff from :meth:`to_json` output."""
+        return cls(
+            diff_id=data["diff_id"],
+            target=data["target"],
+            ops=dict(data["ops"]),
+            contract_breaking=bool(data.get("contract_breaking", False)),
+            author=data.get("author", "unknown"),
+        )
+
+
+@dataclass
+class EvidenceCard:
+    """A diff plus the evidence behind it: the "gradient" a worker sends to the aggregator.
+
+    Args:
+        diff: the proposed change.
+        base_version: artifact id -> the version the diff was built on.
+        before_after_delta: self-verify result (reward after the patch minus before) on
+            the task that prompted the proposal; ``None`` when never measured, ``0.0``
+            when the budget skipped the self-verify rollout.
+        advantage: group-relative z-score of the prompting rollout's reward among the
+            rollouts of the same base version (known before any optional spend).
+        trajectory_refs: the tasks whose rollouts back the proposal.
+        cost_tokens: tokens spent producing the card.
+    """
+
+    diff: Diff
+    base_version: dict[str, int]
+    before_after_delta: float | None
+    advantage: float | None
+    trajectory_refs: list[Task] = field(default_factory=list)
+    cost_tokens: int = 0
+
+
+class MergeOutcome(str, enum.Enum):
+    """How one merge decision ended."""
+
+    COMMITTED = "committed"
+    BELOW_THRESHOLD = "below-threshold"
+    ORACLE_REJECTED = "oracle-rejected"
+    CAS_CONFLICT = "cas-conflict"
+    ALL_STALE = "all-stale"
+    OVERSIZED = "oversized"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+    @property
+    def measured(self) -> bool:
+        """True for the outcomes that evaluated a candidate (and so train the allocator)."""
+        return self not in (MergeOutcome.ALL_STALE, MergeOutcome.OVERSIZED)
+
+
+@dataclass
+class MergeReport:
+    """The record of one merge decision for one artifact.
+
+    Args:
+        artifact_id: the artifact merged into.
+        outcome: how the decision ended.
+        accepted: the diff that went to the acceptance test (committed or not), or None
+            when nothing was measured.
+        fused: the candidate was a union of several diffs.
+        considered: cards that entered the decision.
+        discarded_stale: cards dropped by the staleness policy (their evidence is pooled).
+        conflicts_dropped: cards dropped as the weaker side of a contradiction.
+        p_improve: posterior probability that the candidate beats the head, when measured.
+        committed_version: the new head version on commit.
+        reason: a sentence saying why the decision went this way.
+    """
+
+    artifact_id: str
+    outcome: MergeOutcome
+    accepted: Diff | None = None
+    fused: bool = False
+    considered: int = 0
+    discarded_stale: int = 0
+    conflicts_dropped: int = 0
+    p_improve: float | None = None
+    committed_version: int | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of the report."""
+        return {
+            "artifact_id": self.artifact_id,
+            "outcome": self.outcome.value,
+            "accepted": self.accepted.to_json() if self.accepted is not None else None,
+            "fused": self.fused,
+            "considered": self.considered,
+            "discarded_stale": self.discarded_stale,
+            "conflicts_dropped": self.conflicts_dropped,
+            "p_improve": self.p_improve,
+            "committed_version": self.committed_version,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MergeReport:
+        """Rebuild a report from :meth:`to_json` output."""
+        accepted = data.get("accepted")
+        return cls(
+            artifact_id=data["artifact_id"],
+            outcome=MergeOutcome(data["outcome"]),
+            accepted=Diff.from_json(accepted) if accepted is not None else None,
+            fused=bool(data.get("fused", False)),
+            considered=int(data.get("considered", 0)),
+            discarded_stale=int(data.get("discarded_stale", 0)),
+            conflicts_dropped=int(data.get("conflicts_dropped", 0)),
+            p_improve=data.get("p_improve"),
+            committed_version=data.get("committed_version"),
+            reason=data.get("reason", ""),
+        )
