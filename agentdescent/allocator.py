@@ -1,0 +1,289 @@
+"""Value-directed budget allocation: which candidates still earn their self-verify rollout.
+
+This module owns the allocator seam (:class:`AllocatorPolicy`), the context it decides
+on (:class:`AllocatorContext`, built by :func:`pre_spend_context` only from what a
+worker knows *before* the optional spend), a small online logistic model, and the
+learning :class:`ValueBudgetAllocator` with counterfactual exploration. It must not
+read the clock or the global RNG: its only randomness is its own seeded
+``random.Random``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .types import EvidenceCard
+
+__all__ = [
+    "AllocateDecision",
+    "AllocatorContext",
+    "AllocatorPolicy",
+    "LearningValueModel",
+    "ValueBudgetAllocator",
+    "pre_spend_context",
+]
+
+#: Diff sizes at or beyond this many ops saturate the size feature at 1.0.
+SIZE_CEILING = 100
+#: Inputs are clipped to this magnitude before the model sees them (outlier guard).
+FEATURE_CLIP = 5.0
+
+
+@dataclass(frozen=True)
+class AllocatorContext:
+    """What the allocator may know about a candidate.
+
+    Only :meth:`features` feed the model, and they use only pre-spend knowledge; the
+    other fields are audit data (they may be filled in after the spend for logs).
+
+    Args:
+        before_after_delta: the self-verify delta, when measured (audit only).
+        advantage: group-relative z-score of the prompting rollout.
+        size: number of ops in the worker's own diff.
+        p_improve: the acceptance posterior, when measured (audit only).
+        uncertainty: any spread the caller wants logged (audit only).
+        stable_distance: versions between the card's base and the head (audit only).
+        blast_radius: the artifact's blast radius.
+    """
+
+    before_after_delta: float | None = None
+    advantage: float | None = None
+    size: int = 0
+    p_improve: float | None = None
+    uncertainty: float | None = None
+    stable_distance: float = 0.0
+    blast_radius: float = 0.2
+
+    def features(self) -> tuple[float, float, float]:
+        """``(advantage or 0.0, min(1, log1p(size) / log1p(100)), blast_radius)``."""
+        size_feature = min(1.0, math.log1p(max(0, self.size)) / math.log1p(SIZE_CEILING))
+        return (self.advantage or 0.0, size_feature, float(self.blast_radius))
+
+
+def pre_spend_context(card: EvidenceCard, blast_radius: float) -> AllocatorContext:
+    """The allocator context of a card, from its pre-spend fields only.
+
+    The worker calls this before its self-verify rollout to ask the governor, and the
+    aggregator calls it again on the same (original) card to report the outcome: one
+    function, so the decision vector and the training vector cannot drift apart.
+    """
+    return AllocatorContext(
+        advantage=card.advantage, size=card.diff.size(), blast_radius=float(blast_radius)
+    )
+
+
+@dataclass(frozen=True)
+class AllocateDecision:
+    """What the allocator decided for one candidate.
+
+    Args:
+        deep_eval: spend the optional evaluation (self-verify) on this candidate.
+        counterfactual: the model would have skipped it; evaluated anyway to keep learning.
+        predicted_value: the model's P(commit) for the candidate.
+        n_observed: outcomes the allocator had learned from when it decided.
+    """
+
+    deep_eval: bool = True
+    counterfactual: bool = False
+    predicted_value: float = 0.0
+    n_observed: int = 0
+
+
+@runtime_checkable
+class AllocatorPolicy(Protocol):
+    """Decides which candidates earn optional spend, and learns from merge outcomes.
+
+    ``decide`` is called by workers (any thread) through
+    :meth:`agentdescent.budget.BudgetGovernor.candidate_worth`; ``observe`` is called by
+    the aggregator's ``_decide`` exactly once per measured merge outcome, from the
+    merging thread. Implementations must be thread-safe.
+    """
+
+    def decide(self, ctx: AllocatorContext) -> AllocateDecision:
+        """Decide for one candidate."""
+        ...
+
+    def observe(self, ctx: AllocatorContext, committed: bool) -> None:
+        """Learn from one measured outcome (True = committed)."""
+        ...
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+class LearningValueModel:
+    """Online logistic regression of P(commit) on the three pre-spend features plus a bias.
+
+    The logit is clipped to ``±max_logit`` so one lucky streak cannot make the model
+    certain, inputs are clipped to ``±5`` so one outlier cannot blow a weight up, and
+    every weight (bias included) carries L2 shrinkage ``reg``.
+
+    Args:
+        lr: SGD step size.
+        reg: L2 coefficient.
+        max_logit: logit clip.
+    """
+
+    def __init__(self, lr: float = 0.2, reg: float = 0.05, max_logit: float = 3.0) -> None:
+        for name, value in (("lr", lr), ("reg", reg), ("max_logit", max_logit)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"LearningValueModel {name}={value!r}: use a finite number >= 0")
+        if lr == 0 or max_logit == 0:
+            raise ValueError("LearningValueModel: lr and max_logit must be > 0")
+        self.lr = lr
+        self.reg = reg
+        self.max_logit = max_logit
+        self.weights = [0.0, 0.0, 0.0]
+        self.bias = 0.0
+        self.n_updates = 0
+
+    @staticmethod
+    def _clean(features: tuple[float, ...]) -> list[float]:
+        out = []
+        for x in features:
+            x = float(x)
+            if not math.isfinite(x):
+                x = 0.0 if math.isnan(x) else math.copysign(FEATURE_CLIP, x)
+            out.append(max(-FEATURE_CLIP, min(FEATURE_CLIP, x)))
+        return out
+
+    def logit(self, features: tuple[float, ...]) -> float:
+        """The clipped logit for ``features``."""
+        x = self._clean(features)
+        z = self.bias + sum(w * xi for w, xi in zip(self.weights, x))
+        return max(-self.max_logit, min(self.max_logit, z))
+
+    def predict(self, features: tuple[float, ...]) -> float:
+        """P(commit) for ``features``."""
+        return _sigmoid(self.logit(features))
+
+    def update(self, features: tuple[float, ...], committed: bool) -> None:
+        """One SGD step on the logistic loss with L2 on every weight."""
+        x = self._clean(features)
+        err = (1.0 if committed else 0.0) - self.predict(features)
+        self.weights = [
+            w + self.lr * (err * xi - self.reg * w) for w, xi in zip(self.weights, x)
+        ]
+        self.bias += self.lr * (err - self.reg * self.bias)
+        self.n_updates += 1
+
+    def __repr__(self) -> str:
+        w = ", ".join(f"{v:+.3f}" for v in self.weights)
+        return f"LearningValueModel(weights=[{w}], bias={self.bias:+.3f}, n_updates={self.n_updates})"
+
+
+class ValueBudgetAllocator:
+    """A learning allocator: skip self-verify for candidates unlikely to commit.
+
+    It evaluates everything until it has seen ``min_observations`` outcomes, and
+    while no feature weight has grown past ``min_weight`` (the model has learned
+    nothing but a base rate), and whenever the model predicts P(commit) >= 0.5.
+    Otherwise it skips, except with probability epsilon (annealed linearly from
+    ``epsilon_start`` to ``epsilon_end`` over the first ``epsilon_anneal``
+    observations) when it evaluates anyway and marks the decision counterfactual, so
+    the model keeps seeing what it would have skipped.
+
+    Args:
+        budget_start: the governor consults the allocator only once the remaining budget
+            fraction falls below this.
+        epsilon_start: exploration probability at the first observation.
+        epsilon_end: exploration probability after the anneal.
+        epsilon_anneal: observations over which epsilon anneals.
+        min_observations: outcomes to see before any skip.
+        min_weight: a non-bias weight must reach this magnitude before any skip.
+        seed: seed of the allocator's private RNG.
+        model: the value model (a fresh :class:`LearningValueModel` by default).
+    """
+
+    def __init__(
+        self,
+        budget_start: float = 0.5,
+        epsilon_start: float = 0.3,
+        epsilon_end: float = 0.05,
+        epsilon_anneal: int = 40,
+        min_observations: int = 5,
+        min_weight: float = 0.01,
+        seed: int | None = None,
+        model: LearningValueModel | None = None,
+    ) -> None:
+        if not 0.0 <= budget_start <= 1.0:
+            raise ValueError(f"budget_start={budget_start!r}: use a fraction in [0, 1]")
+        for name, value in (("epsilon_start", epsilon_start), ("epsilon_end", epsilon_end)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}={value!r}: use a probability in [0, 1]")
+        if epsilon_anneal < 0:
+            raise ValueError(f"epsilon_anneal={epsilon_anneal!r}: use a count >= 0")
+        if min_observations < 0:
+            raise ValueError(f"min_observations={min_observations!r}: use a count >= 0")
+        if min_weight < 0:
+            raise ValueError(f"min_weight={min_weight!r}: use a number >= 0")
+        self.budget_start = budget_start
+        self.epsilon_start = epsilon_start
+        self.epsilon_end = epsilon_end
+        self.epsilon_anneal = epsilon_anneal
+        self.min_observations = min_observations
+        self.min_weight = min_weight
+        self.seed = seed
+        self.model = model if model is not None else LearningValueModel()
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.n_observed = 0
+        self.n_skipped = 0
+        self.n_counterfactual = 0
+        self.n_committed = 0
+        self.n_decisions = 0
+
+    def epsilon(self) -> float:
+        """The current exploration probability."""
+        if self.epsilon_anneal == 0:
+            return self.epsilon_end
+        frac = min(1.0, self.n_observed / self.epsilon_anneal)
+        return self.epsilon_start + (self.epsilon_end - self.epsilon_start) * frac
+
+    def decide(self, ctx: AllocatorContext) -> AllocateDecision:
+        """Decide whether ``ctx``'s candidate earns its self-verify rollout."""
+        features = ctx.features()
+        with self._lock:
+            self.n_decisions += 1
+            p = self.model.predict(features)
+            n = self.n_observed
+            learned = any(abs(w) >= self.min_weight for w in self.model.weights)
+            if n < self.min_observations or not learned or p >= 0.5:
+                return AllocateDecision(True, False, p, n)
+            if self._rng.random() < self.epsilon():
+                self.n_counterfactual += 1
+                return AllocateDecision(True, True, p, n)
+            self.n_skipped += 1
+            return AllocateDecision(False, False, p, n)
+
+    def observe(self, ctx: AllocatorContext, committed: bool) -> None:
+        """Train on one measured merge outcome."""
+        features = ctx.features()
+        with self._lock:
+            self.model.update(features, bool(committed))
+            self.n_observed += 1
+            if committed:
+                self.n_committed += 1
+
+    def stats(self) -> dict[str, float]:
+        """The counters, for summaries and the A/B harness."""
+        with self._lock:
+            return {
+                "n_decisions": self.n_decisions,
+                "n_observed": self.n_observed,
+                "n_skipped": self.n_skipped,
+                "n_counterfactual": self.n_counterfactual,
+                "n_committed": self.n_committed,
+                "epsilon": self.epsilon(),
+            }
+
+    def __repr__(self) -> str:
+        return (
+            f"ValueBudgetAllocator(seed={self.seed!r}, n_observed={self.n_observed}, "
+            f"n_skipped={self.n_skipped}, n_counterfactual={self.n_counterfactual})"
+        )

@@ -1,0 +1,109 @@
+"""Conflict resolution and fusion of concurrent diffs.
+
+This module owns three pure operations on evidence cards: find contradictions (the
+same key written with different values), keep the better side of each contradiction on
+the cheap score, and fuse the survivors into one union diff; plus the ranking used by
+the fusion tournament. Scores come in through a callable; this module never evaluates,
+reads the ledger or draws a random number, and ties always break the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from .types import Diff, EvidenceCard, stable_hash
+
+__all__ = ["contradicts", "rank_cards", "resolve_conflicts", "union_diff"]
+
+
+def contradicts(a: Diff, b: Diff) -> bool:
+    """True when the two diffs write at least one common key with different values."""
+    small, large = (a.ops, b.ops) if len(a.ops) <= len(b.ops) else (b.ops, a.ops)
+    return any(k in large and large[k] != v for k, v in small.items())
+
+
+def _delta_key(card: EvidenceCard) -> float:
+    d = card.before_after_delta
+    return d if d is not None and math.isfinite(d) else -math.inf
+
+
+def rank_cards(
+    cards: Sequence[EvidenceCard], score: Callable[[Diff], float]
+) -> list[tuple[float, EvidenceCard]]:
+    """Rank cards best first: cheap score, then self-verify delta, then arrival order.
+
+    Args:
+        cards: the candidates, in arrival order.
+        score: the cheap score of the head with a diff applied.
+
+    Returns:
+        ``(score, card)`` pairs, best first.
+    """
+    scored = [(score(c.diff), _delta_key(c), -i, c) for i, c in enumerate(cards)]
+    scored.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
+    return [(s, c) for s, _, _, c in scored]
+
+
+def resolve_conflicts(
+    cards: Sequence[EvidenceCard], score: Callable[[Diff], float]
+) -> tuple[list[EvidenceCard], list[EvidenceCard]]:
+    """Keep the better card of every contradicting pair.
+
+    Cards are visited in arrival order. A card that contradicts survivors replaces
+    them only if it beats every one of them (cheap score, then self-verify delta; the
+    earlier card wins an exact tie); otherwise it is dropped.
+
+    Args:
+        cards: the candidates, in arrival order.
+        score: the cheap score of the head with a diff applied.
+
+    Returns:
+        ``(survivors, dropped)``, each in arrival order.
+    """
+    cache: dict[str, float] = {}
+
+    def key(card: EvidenceCard) -> tuple[float, float]:
+        if card.diff.diff_id not in cache:
+            cache[card.diff.diff_id] = score(card.diff)
+        return (cache[card.diff.diff_id], _delta_key(card))
+
+    survivors: list[EvidenceCard] = []
+    dropped: list[EvidenceCard] = []
+    for card in cards:
+        rivals = [s for s in survivors if contradicts(s.diff, card.diff)]
+        if not rivals:
+            survivors.append(card)
+        elif all(key(card) > key(r) for r in rivals):
+            survivors = [s for s in survivors if s not in rivals] + [card]
+            dropped.extend(rivals)
+        else:
+            dropped.append(card)
+    order = {id(c): i for i, c in enumerate(cards)}
+    survivors.sort(key=lambda c: order[id(c)])
+    dropped.sort(key=lambda c: order[id(c)])
+    return survivors, dropped
+
+
+def union_diff(diffs: Sequence[Diff], target: str) -> Diff:
+    """Fuse non-contradicting diffs into one diff (first writer's value kept on equal keys).
+
+    Args:
+        diffs: the diffs to fuse, in arrival order; they must not contradict.
+        target: the artifact id.
+
+    Raises:
+        ValueError: two of the diffs contradict (resolve conflicts first).
+    """
+    ops: dict[str, str | None] = {}
+    for d in diffs:
+        for k, v in d.ops.items():
+            if k in ops and ops[k] != v:
+                raise ValueError(
+                    f"cannot fuse: diffs write key {k!r} with different values; "
+                    "run resolve_conflicts() first"
+                )
+            ops.setdefault(k, v)
+    diff_id = f"u{stable_hash(target, [d.diff_id for d in diffs]):016x}"
+    breaking = any(d.contract_breaking for d in diffs)
+    return Diff(diff_id, target, ops, contract_breaking=breaking, author="fusion")
