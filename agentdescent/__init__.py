@@ -7,7 +7,19 @@ expensive evaluation as tokens run out.
 """
 
 from .agents import Agent, Completion, Provider, Usage
+from .aggregator import Aggregator, AggregatorConfig, Evaluator
+from .allocator import (
+    AllocateDecision,
+    AllocatorContext,
+    AllocatorPolicy,
+    LearningValueModel,
+    ValueBudgetAllocator,
+)
+from .budget import BudgetGovernor
+from .dataloader import DataLoadError, hf_rows, hf_rows_modelscope
+from .evolution import EvolutionResult, RoundInfo, evolve
 from .governance import FAST_MAX, Layer, classify
+from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger
 from .staleness import (
     FullStaleness,
     GuardedStaleness,
@@ -41,18 +53,31 @@ __all__ = [
     "FAST_MAX",
     "Agent",
     "AgentDescentError",
+    "Aggregator",
+    "AggregatorConfig",
+    "AllocateDecision",
+    "AllocatorContext",
+    "AllocatorPolicy",
     "AppendRules",
+    "BudgetGovernor",
     "CASConflict",
     "Completion",
     "ContractError",
+    "DataLoadError",
     "Diff",
+    "Evaluator",
     "EvidenceCard",
+    "EvolutionResult",
     "FullStaleness",
     "GovernanceError",
     "GuardedStaleness",
     "KeyedRules",
     "Layer",
+    "LearningValueModel",
+    "Ledger",
+    "LedgerEntry",
     "LedgerError",
+    "MemoryLedger",
     "MergeOutcome",
     "MergeReport",
     "ProposalContractError",
@@ -60,14 +85,20 @@ __all__ = [
     "ProviderError",
     "ReflectiveStaleness",
     "RewardContractError",
+    "RoundInfo",
     "SingleSlot",
+    "SqliteLedger",
     "StaleAction",
     "StalenessPolicy",
     "Strategy",
     "Task",
     "Usage",
+    "ValueBudgetAllocator",
     "classify",
+    "evolve",
     "get_policy",
+    "hf_rows",
+    "hf_rows_modelscope",
     "stable_hash",
     "vv_staleness",
 ]

@@ -193,6 +193,15 @@ class Aggregator:
             self._pending.append(card)
             self.counters["ingested"] += 1
 
+    def alpha_for(self, artifact_id: str) -> int:
+        """The staleness tolerance of an artifact: ``alpha_head`` for L1, ``alpha_tail`` otherwise.
+
+        The one place alpha is chosen (from :func:`~agentdescent.governance.classify`);
+        the engines' admission pacing asks here too.
+        """
+        layer = classify(ArtifactInfo(artifact_id, self.ledger.blast_radius(artifact_id)))
+        return self.config.alpha_head if layer is Layer.L1_SLOW else self.config.alpha_tail
+
     def pending(self) -> int:
         """Cards waiting for the next step."""
         with self._lock:
@@ -257,7 +266,7 @@ class Aggregator:
         version, head_state = self.ledger.head(artifact_id)
         blast = self.ledger.blast_radius(artifact_id)
         layer = classify(ArtifactInfo(artifact_id, blast))
-        alpha = cfg.alpha_head if layer is Layer.L1_SLOW else cfg.alpha_tail
+        alpha = self.alpha_for(artifact_id)
         considered = len(cards)
 
         in_region = [

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .aggregator import Aggregator, AggregatorConfig
 from .agents import Usage
+from .aggregator import Aggregator, AggregatorConfig
 from .allocator import AllocatorPolicy, pre_spend_context
 from .budget import BudgetGovernor
 from .governance import ArtifactInfo, Layer, classify
@@ -491,12 +491,7 @@ def build_env(
     led, owns_ledger = _open_ledger(ledger)
     state0 = dict(initial_state) if initial_state is not None else strategy.initial()
     led.register(artifact_id, state0, blast_radius)
-    stored_blast = led.blast_radius(artifact_id)
-    if not math.isclose(stored_blast, blast_radius):
-        logger.warning(
-            "artifact %r was registered with blast_radius=%s; keeping it (the run asked for %s)",
-            artifact_id, stored_blast, blast_radius,
-        )
+    stored_blast = led.blast_radius(artifact_id)  # a resumed artifact keeps its own (the ledger warns)
 
     owns_executor = executor is None and max_concurrency > 1
     if owns_executor:

@@ -1,0 +1,814 @@
+"""The versioned store of artifact states: the ``Ledger`` seam and its two implementations.
+
+This module owns version numbering, the compare-and-swap (CAS) commit rule and the
+on-disk format of a persisted run. A version row, once written, is never rewritten:
+``commit`` appends ``base_version + 1`` only if the head is still ``base_version``, so
+two writers can never both win the same version and no update is ever lost.
+
+It must not decide *what* gets committed (that is the aggregator's job), call a model,
+read the clock for anything but audit timestamps, or serialise state with ``pickle``:
+a persisted ledger holds JSON text only, written through parameterised SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from .types import CASConflict, ContractError, LedgerError
+
+__all__ = ["CASConflict", "Ledger", "LedgerEntry", "MemoryLedger", "SqliteLedger"]
+
+logger = logging.getLogger("agentdescent.ledger")
+
+#: The value of the ``schema`` row in the ``meta`` table of a ledger file. A file
+#: holding another value was written by something else and is refused, never migrated.
+SCHEMA = "agentdescent-ledger/1"
+
+_MAX_LISTED_IDS = 10
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One version of one artifact, as :meth:`Ledger.history` returns it.
+
+    Entries are snapshots: the dicts they hold are copies, so changing them never
+    changes the ledger.
+
+    Args:
+        artifact_id: the artifact this version belongs to.
+        version: the version number, 1 for the state given to ``register``.
+        state: the artifact's full state at this version.
+        meta: the small JSON audit record passed to ``commit`` (diff id, author...),
+            ``{}`` when none was given.
+    """
+
+    artifact_id: str
+    version: int
+    state: dict[str, str]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- the seam
+
+
+@runtime_checkable
+class Ledger(Protocol):
+    """A versioned store of artifact states with compare-and-swap commits.
+
+    Who calls it: in a run, exactly one writer registers artifacts and commits (the
+    aggregator, on the merger thread or at the sync round barrier); workers call
+    :meth:`head` and :meth:`versions` from any thread to take snapshots, and governance
+    reads :meth:`blast_radius`. No model call ever runs while a commit is in flight.
+
+    Thread-safety: every method may be called from any thread at any time, including
+    concurrently with a commit. Implementations serialise writes themselves.
+
+    Consistency rules every implementation keeps (``tests/test_ledger.py`` holds the
+    conformance suite):
+
+    - Versions of an artifact are contiguous: 1 (``register``) up to the head, each
+      created by exactly one successful ``commit``. A version row is never rewritten.
+    - ``commit(aid, state, base)`` is atomic: it succeeds, creating ``base + 1``, if and
+      only if the head is ``base`` at that instant; otherwise it raises
+      :class:`CASConflict` and changes nothing. The caller re-reads the head and
+      re-applies its diff; it never overwrites the winner.
+    - ``head`` returns a version and the state *of that version* (never a torn pair),
+      as a copy the caller may mutate.
+    - ``register`` of a known id is a no-op (a resumed run keeps its history).
+    """
+
+    def register(self, artifact_id: str, state: Mapping[str, str], blast_radius: float) -> None:
+        """Create ``artifact_id`` at version 1 with ``state``; a no-op if it already exists."""
+        ...
+
+    def head(self, artifact_id: str) -> tuple[int, dict[str, str]]:
+        """Return ``(version, state)`` of the artifact's head; the state is a copy."""
+        ...
+
+    def versions(self) -> dict[str, int]:
+        """Return artifact id -> head version for every registered artifact."""
+        ...
+
+    def commit(
+        self,
+        artifact_id: str,
+        new_state: Mapping[str, str],
+        base_version: int,
+        *,
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append ``new_state`` as version ``base_version + 1`` if the head is still ``base_version``."""
+        ...
+
+    def history(self, artifact_id: str) -> list[LedgerEntry]:
+        """Return every version of the artifact, oldest first."""
+        ...
+
+    def blast_radius(self, artifact_id: str) -> float:
+        """Return the blast radius given to ``register`` (governance classifies by it)."""
+        ...
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_artifact_id(artifact_id: object) -> str:
+    if not isinstance(artifact_id, str) or not artifact_id:
+        raise ContractError(
+            f"artifact_id={artifact_id!r}: an artifact id must be a non-empty str "
+            "(for example 'artifact' or 'skill:router')"
+        )
+    return artifact_id
+
+
+def _check_state(artifact_id: str, state: object, what: str = "state") -> dict[str, str]:
+    """Validate a flat ``str -> str`` state and return a private copy of it."""
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"{what} for artifact {artifact_id!r} must be a mapping of str to str, got "
+            f"{type(state).__name__}; artifact state is always a flat dict[str, str]"
+        )
+    copy: dict[str, str] = {}
+    for key, value in state.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"{what} for artifact {artifact_id!r} has a {type(key).__name__} key {key!r}; "
+                "keys must be str"
+            )
+        if not isinstance(value, str):
+            raise TypeError(
+                f"{what} for artifact {artifact_id!r}: key {key!r} holds a "
+                f"{type(value).__name__} value; values must be str (serialise it first)"
+            )
+        copy[key] = value
+    return copy
+
+
+def _check_blast_radius(artifact_id: str, blast_radius: object) -> float:
+    if isinstance(blast_radius, bool) or not isinstance(blast_radius, (int, float)):
+        raise TypeError(
+            f"blast_radius={blast_radius!r} for artifact {artifact_id!r}: expected a float "
+            f"in [0, 1], got {type(blast_radius).__name__}"
+        )
+    value = float(blast_radius)
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ContractError(
+            f"blast_radius={blast_radius!r} for artifact {artifact_id!r}: expected a finite "
+            "float in [0, 1] (the share of the system a bad change can hurt; "
+            "<= 0.30 is a fast L2 artifact)"
+        )
+    return value
+
+
+def _check_base_version(artifact_id: str, base_version: object) -> int:
+    if isinstance(base_version, bool) or not isinstance(base_version, int):
+        raise TypeError(
+            f"base_version={base_version!r} for artifact {artifact_id!r}: expected the int "
+            "version the new state was built on (the first element of head())"
+        )
+    if base_version < 1:
+        raise ContractError(
+            f"base_version={base_version!r} for artifact {artifact_id!r}: versions start at 1; "
+            "pass the version head() returned"
+        )
+    return base_version
+
+
+def _meta_json(artifact_id: str, meta: object) -> str:
+    """Validate the audit record and return it as JSON text."""
+    if meta is None:
+        return "{}"
+    if not isinstance(meta, Mapping):
+        raise TypeError(
+            f"meta for artifact {artifact_id!r} must be a mapping (a small JSON audit record "
+            f"such as {{'diff_id': ..., 'author': ...}}), got {type(meta).__name__}"
+        )
+    try:
+        return json.dumps(dict(meta), sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"meta for artifact {artifact_id!r} is not JSON-serialisable ({exc}); keep it to "
+            "str keys and str/number/bool/None/list/dict values"
+        ) from exc
+
+
+def _unknown(artifact_id: str, known: list[str]) -> LedgerError:
+    if not known:
+        return LedgerError(
+            f"unknown artifact {artifact_id!r}: no artifact is registered in this ledger; "
+            "call register(artifact_id, state, blast_radius) first"
+        )
+    known = sorted(known)
+    listed = ", ".join(repr(k) for k in known[:_MAX_LISTED_IDS])
+    if len(known) > _MAX_LISTED_IDS:
+        listed += f", ... ({len(known) - _MAX_LISTED_IDS} more)"
+    return LedgerError(
+        f"unknown artifact {artifact_id!r}: registered artifacts are {listed}; "
+        "check the id or register it first"
+    )
+
+
+def _warn_blast_radius_mismatch(artifact_id: str, stored: float, given: float) -> None:
+    if stored != given:
+        logger.warning(
+            "register(%r): blast_radius=%s differs from the stored %s; the artifact already "
+            "exists, so the stored value is kept (a ledger never rewrites an artifact)",
+            artifact_id,
+            given,
+            stored,
+        )
+
+
+# --------------------------------------------------------------------------- in memory
+
+
+@dataclass
+class _Record:
+    blast_radius: float
+    entries: list[LedgerEntry]
+
+
+class MemoryLedger:
+    """A :class:`Ledger` held in a dict behind one lock, for tests and throwaway runs.
+
+    Nothing survives the process; use :class:`SqliteLedger` to persist or resume a run.
+    Every method takes the same lock, so reads and commits from any thread see whole
+    commits only.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: dict[str, _Record] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryLedger(artifacts={len(self._records)})"
+
+    def _record(self, artifact_id: str) -> _Record:
+        # Caller holds the lock.
+        _check_artifact_id(artifact_id)
+        try:
+            return self._records[artifact_id]
+        except KeyError:
+            raise _unknown(artifact_id, list(self._records)) from None
+
+    def register(self, artifact_id: str, state: Mapping[str, str], blast_radius: float) -> None:
+        """Create ``artifact_id`` at version 1 with ``state``; a no-op if it already exists.
+
+        Args:
+            artifact_id: a non-empty id.
+            state: the initial flat ``str -> str`` state.
+            blast_radius: in [0, 1]; governance classifies the artifact by it.
+
+        Raises:
+            ContractError: an empty id or a blast radius outside [0, 1] (a ``ValueError``).
+            TypeError: a state key or value that is not a str.
+        """
+        _check_artifact_id(artifact_id)
+        copy = _check_state(artifact_id, state)
+        radius = _check_blast_radius(artifact_id, blast_radius)
+        with self._lock:
+            existing = self._records.get(artifact_id)
+            if existing is not None:
+                _warn_blast_radius_mismatch(artifact_id, existing.blast_radius, radius)
+                return
+            self._records[artifact_id] = _Record(radius, [LedgerEntry(artifact_id, 1, copy, {})])
+
+    def head(self, artifact_id: str) -> tuple[int, dict[str, str]]:
+        """Return ``(version, state)`` of the head; the state is a copy.
+
+        Raises:
+            LedgerError: ``artifact_id`` was never registered.
+        """
+        with self._lock:
+            entry = self._record(artifact_id).entries[-1]
+            return entry.version, dict(entry.state)
+
+    def versions(self) -> dict[str, int]:
+        """Return artifact id -> head version for every registered artifact."""
+        with self._lock:
+            return {aid: rec.entries[-1].version for aid, rec in self._records.items()}
+
+    def commit(
+        self,
+        artifact_id: str,
+        new_state: Mapping[str, str],
+        base_version: int,
+        *,
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append ``new_state`` as ``base_version + 1`` if the head is still ``base_version``.
+
+        Args:
+            artifact_id: a registered artifact.
+            new_state: the full new state (not a diff).
+            base_version: the head version the new state was built on.
+            meta: a small JSON audit record stored with the version.
+
+        Returns:
+            The new head version, ``base_version + 1``.
+
+        Raises:
+            CASConflict: the head is not ``base_version``; nothing was written.
+            LedgerError: ``artifact_id`` was never registered.
+            TypeError: a bad state, base version or meta.
+        """
+        _check_artifact_id(artifact_id)
+        copy = _check_state(artifact_id, new_state, "new_state")
+        base = _check_base_version(artifact_id, base_version)
+        meta_copy = json.loads(_meta_json(artifact_id, meta))
+        with self._lock:
+            record = self._record(artifact_id)
+            head = record.entries[-1].version
+            if head != base:
+                raise CASConflict(artifact_id, base, head)
+            record.entries.append(LedgerEntry(artifact_id, base + 1, copy, meta_copy))
+        logger.debug(
+            "commit %r: version %d -> %d (%d keys)", artifact_id, base, base + 1, len(copy)
+        )
+        return base + 1
+
+    def history(self, artifact_id: str) -> list[LedgerEntry]:
+        """Return every version of the artifact, oldest first, as copies.
+
+        Raises:
+            LedgerError: ``artifact_id`` was never registered.
+        """
+        with self._lock:
+            entries = list(self._record(artifact_id).entries)
+        return [
+            LedgerEntry(e.artifact_id, e.version, dict(e.state), json.loads(json.dumps(e.meta)))
+            for e in entries
+        ]
+
+    def blast_radius(self, artifact_id: str) -> float:
+        """Return the blast radius given to ``register``.
+
+        Raises:
+            LedgerError: ``artifact_id`` was never registered.
+        """
+        with self._lock:
+            return self._record(artifact_id).blast_radius
+
+
+# --------------------------------------------------------------------------- sqlite
+
+
+_CREATE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS artifacts ("
+    " artifact_id TEXT PRIMARY KEY,"
+    " blast_radius REAL NOT NULL,"
+    " created_at REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS versions ("
+    " artifact_id TEXT NOT NULL REFERENCES artifacts(artifact_id),"
+    " version INTEGER NOT NULL,"
+    " state_json TEXT NOT NULL,"
+    " meta_json TEXT NOT NULL,"
+    " created_at REAL NOT NULL,"
+    " PRIMARY KEY (artifact_id, version))",
+)
+
+
+class SqliteLedger:
+    """A :class:`Ledger` in one SQLite file: the embedded default for persisted runs.
+
+    SQLite gives the CAS rule for free across threads *and* processes: a commit runs
+    inside ``BEGIN IMMEDIATE`` (one writer at a time per file), reads the head, and
+    inserts ``base + 1`` only if the head is still ``base``; the ``(artifact_id,
+    version)`` primary key backs that up. WAL journaling lets readers take snapshots
+    while a commit is in flight, and a process killed mid-commit leaves only whole
+    commits behind. Reopening the same path resumes the run. State and audit records
+    are stored as JSON text, never pickled.
+
+    Each thread gets its own connection, so a worker reading the head never waits on
+    another thread's Python lock; SQLite's ``busy_timeout`` makes writers queue for
+    the file lock instead of failing. An object inherited through ``fork()`` opens
+    fresh connections in the child rather than sharing the parent's.
+
+    Args:
+        path: the ledger file (``str`` or ``os.PathLike``). A missing file, or an empty
+            one, becomes a new ledger; missing parent folders are created.
+        timeout: seconds a statement waits for another writer's lock before failing
+            with :class:`LedgerError`.
+
+    Raises:
+        LedgerError: ``path`` is not a SQLite database, is another application's
+            database, or cannot be opened.
+        ContractError: ``path`` is ``":memory:"`` or ``timeout`` is not positive.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        raw = os.fsdecode(os.fspath(path))
+        if raw == ":memory:" or raw == "":
+            raise ContractError(
+                f"SqliteLedger(path={raw!r}): an in-memory or empty path cannot be shared "
+                "between threads or reopened; use MemoryLedger() for a throwaway run, or "
+                "give a file path"
+            )
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ContractError(
+                f"SqliteLedger(timeout={timeout!r}): expected a positive number of seconds"
+            )
+        self._path = Path(raw)
+        self._timeout = float(timeout)
+        self._local = threading.local()
+        self._conns_lock = threading.Lock()
+        self._conns: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        self._inherited: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        self._closed = False
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LedgerError(
+                f"ledger file {str(self._path)!r}: cannot create its folder ({exc}); "
+                "pick a writable path"
+            ) from exc
+        try:
+            self._init_schema()
+        except BaseException:
+            self.close()
+            raise
+        logger.debug("opened ledger %s", self._path)
+
+    # ----------------------------------------------------------------- plumbing
+
+    @property
+    def path(self) -> Path:
+        """The ledger file."""
+        return self._path
+
+    def __repr__(self) -> str:
+        state = ", closed" if self._closed else ""
+        return f"SqliteLedger({str(self._path)!r}{state})"
+
+    def __enter__(self) -> SqliteLedger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every connection this object opened; later calls raise :class:`LedgerError`.
+
+        Closing is idempotent. Other ``SqliteLedger`` objects (and other processes)
+        on the same file are unaffected.
+        """
+        with self._conns_lock:
+            self._closed = True
+            conns, self._conns = self._conns, []
+        for _, conn in conns:
+            conn.close()
+
+    def _fail(self, what: str, exc: BaseException) -> LedgerError:
+        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+            return LedgerError(
+                f"ledger file {str(self._path)!r} is not a SQLite database ({exc}); expected an "
+                f"agentdescent ledger ({SCHEMA}) or an empty/new file; point the ledger at "
+                "another path"
+            )
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            return LedgerError(
+                f"ledger file {str(self._path)!r}: {what} waited {self._timeout:g} s for another "
+                f"writer's lock ({exc}); raise SqliteLedger(timeout=...) or find the process "
+                "holding the file"
+            )
+        return LedgerError(f"ledger file {str(self._path)!r}: {what} failed: {exc}")
+
+    @contextmanager
+    def _translate(self, what: str) -> Iterator[None]:
+        """Turn sqlite3 errors into a LedgerError naming the file and the operation."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._fail(what, exc) from exc
+
+    def _conn(self) -> sqlite3.Connection:
+        if os.getpid() != self._pid:
+            self._after_fork()
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and not self._closed:
+            return conn
+        with self._conns_lock:
+            if self._closed:
+                raise LedgerError(
+                    f"ledger file {str(self._path)!r}: this SqliteLedger was closed; open a new "
+                    f"SqliteLedger({str(self._path)!r}) to keep using the file"
+                )
+            # Drop the connections of threads that have ended, so a long run that
+            # churns threads does not keep one open file handle per dead thread.
+            alive = []
+            for thread, old in self._conns:
+                if thread.is_alive():
+                    alive.append((thread, old))
+                else:
+                    old.close()
+            # check_same_thread=False only so close() may close it from another
+            # thread; in use, each connection stays with the thread that opened it.
+            with self._translate("opening the file"):
+                conn = sqlite3.connect(
+                    str(self._path),
+                    timeout=self._timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            alive.append((threading.current_thread(), conn))
+            self._conns = alive
+        try:
+            with self._translate("configuring the connection"):
+                conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        except BaseException:
+            conn.close()
+            raise
+        self._local.conn = conn
+        return conn
+
+    def _after_fork(self) -> None:
+        # A SQLite connection must never be used across fork(): this process gets
+        # connections of its own. The inherited ones are parked, not closed, so
+        # their finalisers never touch the parent's file handles and locks.
+        with self._conns_lock:
+            if os.getpid() == self._pid:
+                return
+            self._inherited.extend(conn for _, conn in self._conns)
+            self._conns = []
+            self._local = threading.local()
+            self._pid = os.getpid()
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+        """Run the body in one ``BEGIN IMMEDIATE`` transaction: all of it or none of it."""
+        conn = self._conn()
+        with self._translate(what):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _init_schema(self) -> None:
+        conn = self._conn()
+        # Look before touching anything: another application's database must not
+        # be switched to WAL or given our tables.
+        with self._translate("reading the file"):
+            ours = self._check_tables(conn)
+        with self._translate("switching to WAL journaling"):
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            logger.warning(
+                "ledger file %s: SQLite refused WAL journaling (mode %r); readers will wait "
+                "for writers",
+                self._path,
+                mode,
+            )
+        if ours:
+            return
+        with self._write("creating the ledger tables") as conn:
+            # Another process may have created the ledger since we looked.
+            if self._check_tables(conn):
+                return
+            for statement in _CREATE_SCHEMA:
+                conn.execute(statement)
+            conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", ("schema", SCHEMA))
+        logger.info("created ledger %s (%s)", self._path, SCHEMA)
+
+    def _check_tables(self, conn: sqlite3.Connection) -> bool:
+        """Return True for a ledger file, False for an empty one; raise for anything else."""
+        tables = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        if not tables:
+            return False
+        marker = None
+        if "meta" in tables:
+            try:
+                row = conn.execute("SELECT value FROM meta WHERE key = ?", ("schema",)).fetchone()
+            except sqlite3.OperationalError:
+                row = None  # a 'meta' table of another shape: not ours
+            marker = row[0] if row else None
+        if marker != SCHEMA or not {"artifacts", "versions"} <= tables:
+            found = f"schema marker {marker!r}" if marker else "no agentdescent schema marker"
+            raise LedgerError(
+                f"ledger file {str(self._path)!r} is a SQLite database but not an agentdescent "
+                f"ledger: expected schema {SCHEMA!r}, found {found} with tables {sorted(tables)}; "
+                "point the ledger at a new or empty file"
+            )
+        return True
+
+    def _known_ids(self, conn: sqlite3.Connection) -> list[str]:
+        return [row[0] for row in conn.execute("SELECT artifact_id FROM artifacts")]
+
+    def _load_state(self, artifact_id: str, version: int, text: str) -> dict[str, str]:
+        try:
+            state = json.loads(text)
+            if not isinstance(state, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in state.items()
+            ):
+                raise ValueError("not a JSON object of str -> str")
+        except (TypeError, ValueError) as exc:
+            raise LedgerError(
+                f"ledger file {str(self._path)!r}: version {version} of artifact {artifact_id!r} "
+                f"holds corrupt state ({exc}); expected a JSON object of str -> str. The file "
+                "was edited or damaged outside agentdescent; restore it from a backup"
+            ) from exc
+        return state
+
+    def _load_meta(self, artifact_id: str, version: int, text: str) -> dict[str, Any]:
+        try:
+            meta = json.loads(text)
+            if not isinstance(meta, dict):
+                raise ValueError("not a JSON object")
+        except (TypeError, ValueError) as exc:
+            raise LedgerError(
+                f"ledger file {str(self._path)!r}: version {version} of artifact {artifact_id!r} "
+                f"holds a corrupt audit record ({exc}); expected a JSON object. The file was "
+                "edited or damaged outside agentdescent; restore it from a backup"
+            ) from exc
+        return meta
+
+    # ----------------------------------------------------------------- the seam
+
+    def register(self, artifact_id: str, state: Mapping[str, str], blast_radius: float) -> None:
+        """Create ``artifact_id`` at version 1 with ``state``; a no-op if it already exists.
+
+        A no-op on a known id is what makes reopening a file resume a run: the
+        engines register their artifacts on start either way.
+
+        Args:
+            artifact_id: a non-empty id.
+            state: the initial flat ``str -> str`` state.
+            blast_radius: in [0, 1]; governance classifies the artifact by it.
+
+        Raises:
+            ContractError: an empty id or a blast radius outside [0, 1] (a ``ValueError``).
+            TypeError: a state key or value that is not a str.
+            LedgerError: the file cannot be written.
+        """
+        _check_artifact_id(artifact_id)
+        copy = _check_state(artifact_id, state)
+        radius = _check_blast_radius(artifact_id, blast_radius)
+        state_json = json.dumps(copy, sort_keys=True)
+        now = time.time()
+        with self._write(f"register({artifact_id!r})") as conn:
+            row = conn.execute(
+                "SELECT blast_radius FROM artifacts WHERE artifact_id = ?", (artifact_id,)
+            ).fetchone()
+            if row is not None:
+                _warn_blast_radius_mismatch(artifact_id, float(row[0]), radius)
+                return
+            conn.execute(
+                "INSERT INTO artifacts (artifact_id, blast_radius, created_at) VALUES (?, ?, ?)",
+                (artifact_id, radius, now),
+            )
+            conn.execute(
+                "INSERT INTO versions (artifact_id, version, state_json, meta_json, created_at)"
+                " VALUES (?, 1, ?, '{}', ?)",
+                (artifact_id, state_json, now),
+            )
+        logger.debug("register %r at version 1 (%d keys)", artifact_id, len(copy))
+
+    def head(self, artifact_id: str) -> tuple[int, dict[str, str]]:
+        """Return ``(version, state)`` of the head; the state is a fresh dict.
+
+        One SELECT reads both, so the pair always belongs to the same version.
+
+        Raises:
+            LedgerError: ``artifact_id`` was never registered, or its row is corrupt.
+        """
+        _check_artifact_id(artifact_id)
+        conn = self._conn()
+        with self._translate(f"head({artifact_id!r})"):
+            row = conn.execute(
+                "SELECT version, state_json FROM versions WHERE artifact_id = ?"
+                " ORDER BY version DESC LIMIT 1",
+                (artifact_id,),
+            ).fetchone()
+            if row is None:
+                raise _unknown(artifact_id, self._known_ids(conn))
+        return int(row[0]), self._load_state(artifact_id, int(row[0]), row[1])
+
+    def versions(self) -> dict[str, int]:
+        """Return artifact id -> head version for every registered artifact."""
+        conn = self._conn()
+        with self._translate("versions()"):
+            rows = conn.execute(
+                "SELECT artifact_id, MAX(version) FROM versions GROUP BY artifact_id"
+            ).fetchall()
+        return {aid: int(v) for aid, v in rows}
+
+    def commit(
+        self,
+        artifact_id: str,
+        new_state: Mapping[str, str],
+        base_version: int,
+        *,
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append ``new_state`` as ``base_version + 1`` if the head is still ``base_version``.
+
+        The head check and the insert run in one ``BEGIN IMMEDIATE`` transaction, so
+        the rule holds against other threads and other processes on the same file.
+
+        Args:
+            artifact_id: a registered artifact.
+            new_state: the full new state (not a diff).
+            base_version: the head version the new state was built on.
+            meta: a small JSON audit record stored with the version.
+
+        Returns:
+            The new head version, ``base_version + 1``.
+
+        Raises:
+            CASConflict: the head is not ``base_version``; nothing was written.
+            LedgerError: ``artifact_id`` was never registered, or the file cannot be written.
+            TypeError: a bad state, base version or meta.
+        """
+        _check_artifact_id(artifact_id)
+        copy = _check_state(artifact_id, new_state, "new_state")
+        base = _check_base_version(artifact_id, base_version)
+        meta_json = _meta_json(artifact_id, meta)
+        state_json = json.dumps(copy, sort_keys=True)
+        with self._write(f"commit({artifact_id!r})") as conn:
+            head = conn.execute(
+                "SELECT MAX(version) FROM versions WHERE artifact_id = ?", (artifact_id,)
+            ).fetchone()[0]
+            if head is None:
+                raise _unknown(artifact_id, self._known_ids(conn))
+            if head != base:
+                raise CASConflict(artifact_id, base, int(head))
+            try:
+                conn.execute(
+                    "INSERT INTO versions (artifact_id, version, state_json, meta_json, created_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (artifact_id, base + 1, state_json, meta_json, time.time()),
+                )
+            except sqlite3.IntegrityError as exc:
+                # BEGIN IMMEDIATE makes this unreachable; the primary key is the backstop
+                # should another writer ever bypass the transaction.
+                raise CASConflict(artifact_id, base, base + 1) from exc
+        logger.debug(
+            "commit %r: version %d -> %d (%d keys)", artifact_id, base, base + 1, len(copy)
+        )
+        return base + 1
+
+    def history(self, artifact_id: str) -> list[LedgerEntry]:
+        """Return every version of the artifact, oldest first.
+
+        Raises:
+            LedgerError: ``artifact_id`` was never registered, or a row is corrupt.
+        """
+        _check_artifact_id(artifact_id)
+        conn = self._conn()
+        with self._translate(f"history({artifact_id!r})"):
+            rows = conn.execute(
+                "SELECT version, state_json, meta_json FROM versions WHERE artifact_id = ?"
+                " ORDER BY version",
+                (artifact_id,),
+            ).fetchall()
+            if not rows:
+                raise _unknown(artifact_id, self._known_ids(conn))
+        return [
+            LedgerEntry(
+                artifact_id,
+                int(version),
+                self._load_state(artifact_id, int(version), state_json),
+                self._load_meta(artifact_id, int(version), meta_json),
+            )
+            for version, state_json, meta_json in rows
+        ]
+
+    def blast_radius(self, artifact_id: str) -> float:
+        """Return the blast radius given to ``register``.
+
+        Raises:
+            LedgerError: ``artifact_id`` was never registered.
+        """
+        _check_artifact_id(artifact_id)
+        conn = self._conn()
+        with self._translate(f"blast_radius({artifact_id!r})"):
+            row = conn.execute(
+                "SELECT blast_radius FROM artifacts WHERE artifact_id = ?", (artifact_id,)
+            ).fetchone()
+            if row is None:
+                raise _unknown(artifact_id, self._known_ids(conn))
+        return float(row[0])

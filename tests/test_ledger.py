@@ -1,0 +1,758 @@
+"""Tests for agentdescent.ledger: one conformance suite for every Ledger, then SqliteLedger's
+concurrency, durability and error paths, then a stateful model check.
+
+The multi-process tests use the "spawn" start method, so their child functions live at
+module level and import this module afresh in the child.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import multiprocessing
+import os
+import queue
+import shutil
+import signal
+import sqlite3
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from agentdescent.ledger import (
+    SCHEMA,
+    CASConflict,
+    Ledger,
+    LedgerEntry,
+    MemoryLedger,
+    SqliteLedger,
+)
+from agentdescent.types import AgentDescentError, LedgerError
+
+SPAWN = multiprocessing.get_context("spawn")
+JOIN_TIMEOUT = 60.0
+
+
+def _poll(predicate, timeout: float, what: str) -> None:
+    """Bounded polling: wait until ``predicate()`` holds, failing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.005)
+
+
+# --------------------------------------------------------------------------- conformance
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def ledger(request, tmp_path):
+    """Every Ledger implementation, fresh, so the suite below runs against each."""
+    if request.param == "memory":
+        yield MemoryLedger()
+    else:
+        with SqliteLedger(tmp_path / "ledger.sqlite") as led:
+            yield led
+
+
+def test_implements_the_protocol(ledger):
+    assert isinstance(ledger, Ledger)
+
+
+def test_register_creates_version_one(ledger):
+    ledger.register("a", {"k": "v"}, 0.2)
+    assert ledger.head("a") == (1, {"k": "v"})
+    assert ledger.versions() == {"a": 1}
+    [entry] = ledger.history("a")
+    assert entry == LedgerEntry("a", 1, {"k": "v"}, {})
+
+
+def test_register_twice_is_a_noop_that_keeps_the_first_state(ledger):
+    ledger.register("a", {"k": "first"}, 0.2)
+    ledger.commit("a", {"k": "second"}, 1)
+    ledger.register("a", {"k": "other"}, 0.2)
+    assert ledger.head("a") == (2, {"k": "second"})
+    assert [e.version for e in ledger.history("a")] == [1, 2]
+
+
+def test_register_with_another_blast_radius_keeps_the_stored_one_and_warns(ledger, caplog):
+    ledger.register("a", {}, 0.2)
+    with caplog.at_level(logging.WARNING, logger="agentdescent.ledger"):
+        ledger.register("a", {}, 0.9)
+    assert ledger.blast_radius("a") == pytest.approx(0.2)
+    assert any("blast_radius=0.9" in r.getMessage() for r in caplog.records)
+
+
+def test_register_does_not_keep_a_reference_to_the_callers_dict(ledger):
+    state = {"k": "v"}
+    ledger.register("a", state, 0.2)
+    state["k"] = "changed"
+    assert ledger.head("a") == (1, {"k": "v"})
+
+
+def test_commit_increments_the_version(ledger):
+    ledger.register("a", {"k": "1"}, 0.2)
+    assert ledger.commit("a", {"k": "2"}, 1) == 2
+    assert ledger.commit("a", {"k": "3", "j": "x"}, 2) == 3
+    assert ledger.head("a") == (3, {"k": "3", "j": "x"})
+    assert ledger.versions() == {"a": 3}
+
+
+@pytest.mark.parametrize("base", [1, 3, 7])
+def test_stale_or_future_commit_raises_cas_conflict_and_changes_nothing(ledger, base):
+    ledger.register("a", {"k": "1"}, 0.2)
+    ledger.commit("a", {"k": "2"}, 1)
+    with pytest.raises(CASConflict) as info:
+        ledger.commit("a", {"k": "lost"}, base)
+    err = info.value
+    assert (err.artifact_id, err.base_version, err.head_version) == ("a", base, 2)
+    assert isinstance(err, LedgerError) and isinstance(err, AgentDescentError)
+    assert "'a'" in str(err) and str(base) in str(err)
+    assert ledger.head("a") == (2, {"k": "2"})
+    assert len(ledger.history("a")) == 2
+
+
+def test_history_keeps_every_version_in_order_with_meta(ledger):
+    ledger.register("a", {"n": "1"}, 0.2)
+    for v in range(1, 6):
+        ledger.commit("a", {"n": str(v + 1)}, v, meta={"diff_id": f"d{v}", "n": v, "ok": True})
+    history = ledger.history("a")
+    assert [e.version for e in history] == [1, 2, 3, 4, 5, 6]
+    assert [e.state for e in history] == [{"n": str(v)} for v in range(1, 7)]
+    assert history[0].meta == {}
+    assert history[3].meta == {"diff_id": "d3", "n": 3, "ok": True}
+    assert all(e.artifact_id == "a" for e in history)
+
+
+def test_head_and_history_return_copies(ledger):
+    ledger.register("a", {"k": "v"}, 0.2)
+    ledger.commit("a", {"k": "w"}, 1, meta={"m": [1]})
+    _, state = ledger.head("a")
+    state["k"] = "mutated"
+    state["new"] = "x"
+    entries = ledger.history("a")
+    entries[1].state["k"] = "mutated"
+    entries[1].meta["m"].append(2)
+    assert ledger.head("a") == (2, {"k": "w"})
+    assert ledger.history("a")[1].state == {"k": "w"}
+    assert ledger.history("a")[1].meta == {"m": [1]}
+
+
+def test_commit_does_not_keep_a_reference_to_the_callers_dict(ledger):
+    ledger.register("a", {}, 0.2)
+    new = {"k": "v"}
+    ledger.commit("a", new, 1)
+    new["k"] = "changed"
+    assert ledger.head("a") == (2, {"k": "v"})
+
+
+def test_artifacts_are_independent(ledger):
+    ledger.register("a", {"x": "1"}, 0.1)
+    ledger.register("b", {"y": "1"}, 0.8)
+    ledger.commit("a", {"x": "2"}, 1)
+    assert ledger.versions() == {"a": 2, "b": 1}
+    with pytest.raises(CASConflict):
+        ledger.commit("b", {"y": "2"}, 2)
+    assert ledger.head("b") == (1, {"y": "1"})
+
+
+@pytest.mark.parametrize("method", ["head", "history", "blast_radius", "commit"])
+def test_unknown_id_raises_ledger_error_naming_it_and_the_known_ones(ledger, method):
+    ledger.register("alpha", {}, 0.2)
+    ledger.register("beta", {}, 0.2)
+    call = {
+        "head": lambda: ledger.head("gamma"),
+        "history": lambda: ledger.history("gamma"),
+        "blast_radius": lambda: ledger.blast_radius("gamma"),
+        "commit": lambda: ledger.commit("gamma", {}, 1),
+    }[method]
+    with pytest.raises(LedgerError) as info:
+        call()
+    assert not isinstance(info.value, CASConflict)
+    message = str(info.value)
+    assert "'gamma'" in message and "'alpha'" in message and "'beta'" in message
+
+
+def test_unknown_id_in_an_empty_ledger_says_none_are_registered(ledger):
+    with pytest.raises(LedgerError, match="no artifact is registered"):
+        ledger.head("x")
+    assert ledger.versions() == {}
+
+
+@pytest.mark.parametrize(
+    ("state", "named"),
+    [({"good": "v", "bad": 3}, "'bad'"), ({"k": None}, "'k'"), ({5: "v"}, "5")],
+)
+def test_bad_state_raises_type_error_naming_the_key(ledger, state, named):
+    with pytest.raises(TypeError, match=named):
+        ledger.register("a", state, 0.2)
+    ledger.register("a", {}, 0.2)
+    with pytest.raises(TypeError, match=named):
+        ledger.commit("a", state, 1)
+    assert ledger.head("a") == (1, {})
+
+
+def test_state_that_is_not_a_mapping_raises_type_error(ledger):
+    with pytest.raises(TypeError, match="mapping"):
+        ledger.register("a", [("k", "v")], 0.2)
+
+
+@pytest.mark.parametrize("radius", [-0.1, 1.5, math.nan, math.inf])
+def test_bad_blast_radius_raises_value_error_naming_it(ledger, radius):
+    with pytest.raises(ValueError, match="blast_radius"):
+        ledger.register("a", {}, radius)
+    assert ledger.versions() == {}
+
+
+@pytest.mark.parametrize("radius", ["0.2", None, True])
+def test_blast_radius_of_the_wrong_type_raises_type_error(ledger, radius):
+    with pytest.raises(TypeError, match="blast_radius"):
+        ledger.register("a", {}, radius)
+
+
+@pytest.mark.parametrize("artifact_id", ["", None, 3])
+def test_bad_artifact_id_raises_value_error(ledger, artifact_id):
+    with pytest.raises(ValueError, match="artifact_id"):
+        ledger.register(artifact_id, {}, 0.2)
+
+
+@pytest.mark.parametrize(
+    ("base", "error"), [(0, ValueError), (-1, ValueError), ("1", TypeError), (True, TypeError)]
+)
+def test_bad_base_version_is_refused(ledger, base, error):
+    ledger.register("a", {}, 0.2)
+    with pytest.raises(error, match="base_version"):
+        ledger.commit("a", {}, base)
+    assert ledger.head("a") == (1, {})
+
+
+def test_meta_that_is_not_json_raises_type_error(ledger):
+    ledger.register("a", {}, 0.2)
+    with pytest.raises(TypeError, match="meta"):
+        ledger.commit("a", {}, 1, meta={"x": object()})
+    with pytest.raises(TypeError, match="meta"):
+        ledger.commit("a", {}, 1, meta=["not", "a", "mapping"])
+    assert ledger.head("a") == (1, {})
+
+
+@pytest.mark.parametrize("radius", [0, 0.0, 0.3, 1, 0.123456789])
+def test_blast_radius_round_trips(ledger, radius):
+    ledger.register("a", {}, radius)
+    assert ledger.blast_radius("a") == pytest.approx(float(radius), abs=0.0)
+    assert isinstance(ledger.blast_radius("a"), float)
+
+
+def test_versions_maps_every_artifact_to_its_head(ledger):
+    for i, aid in enumerate(["a", "b", "c"]):
+        ledger.register(aid, {}, 0.2)
+        for v in range(1, i + 1):
+            ledger.commit(aid, {"v": str(v)}, v)
+    assert ledger.versions() == {"a": 1, "b": 2, "c": 3}
+
+
+def test_unicode_and_awkward_text_round_trip(ledger):
+    state = {
+        "règle 1": "ne jamais «deviner»",
+        "emoji 🧪": "line\nbreak\ttab\x00nul",
+        "": '"quoted"',
+    }
+    ledger.register("a", state, 0.2)
+    assert ledger.head("a") == (1, state)
+
+
+def test_commit_logs_at_debug_without_state_contents(ledger, caplog):
+    ledger.register("a", {}, 0.2)
+    with caplog.at_level(logging.DEBUG, logger="agentdescent.ledger"):
+        ledger.commit("a", {"k": "SECRET-VALUE"}, 1)
+    records = [r for r in caplog.records if r.name == "agentdescent.ledger"]
+    assert any(r.levelno == logging.DEBUG and "'a'" in r.getMessage() for r in records)
+    assert not any("SECRET-VALUE" in r.getMessage() for r in records)
+
+
+def _race_threads(ledger: Ledger, n_threads: int, attempts: int) -> list[tuple[int, dict]]:
+    barrier = threading.Barrier(n_threads)
+    won: list[tuple[int, dict]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def worker(wid: int) -> None:
+        try:
+            barrier.wait(timeout=JOIN_TIMEOUT)
+            for attempt in range(attempts):
+                while True:
+                    version, state = ledger.head("a")
+                    state[f"t{wid}-{attempt}"] = f"{wid}:{attempt}:{version}"
+                    try:
+                        new = ledger.commit("a", state, version)
+                    except CASConflict:
+                        continue
+                    with lock:
+                        won.append((new, state))
+                    break
+        except BaseException as exc:  # reported to the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN_TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "a racing thread did not finish"
+    if errors:
+        raise errors[0]
+    return won
+
+
+def test_threads_racing_cas_lose_no_update(ledger):
+    ledger.register("a", {}, 0.2)
+    won = _race_threads(ledger, n_threads=4, attempts=25)
+    assert len(won) == 100
+    assert ledger.versions() == {"a": 101}
+    history = ledger.history("a")
+    assert [e.version for e in history] == list(range(1, 102))
+    for version, state in won:
+        assert history[version - 1].state == state
+    assert len(ledger.head("a")[1]) == 100  # every thread's every key survived
+
+
+# --------------------------------------------------------------------------- SqliteLedger
+
+
+def _race_process(path: str, wid: int, attempts: int, barrier, results) -> None:
+    """Child: commit ``attempts`` keys, each retried on CASConflict until it lands."""
+    try:
+        with SqliteLedger(path) as led:
+            barrier.wait(timeout=JOIN_TIMEOUT)
+            won, conflicts = [], 0
+            for attempt in range(attempts):
+                key = f"p{wid}-{attempt}"
+                while True:
+                    version, state = led.head("a")
+                    state[key] = f"{wid}:{attempt}:{version}"
+                    try:
+                        new = led.commit("a", state, version, meta={"author": key})
+                    except CASConflict:
+                        conflicts += 1
+                        continue
+                    won.append((new, key, state))
+                    break
+        results.put(("ok", wid, won, conflicts))
+    except BaseException:
+        results.put(("error", wid, traceback.format_exc(), 0))
+
+
+def test_processes_racing_cas_on_one_file_lose_no_update(tmp_path):
+    path = str(tmp_path / "race.sqlite")
+    with SqliteLedger(path) as led:
+        led.register("a", {}, 0.2)
+    n_procs, attempts = 4, 25
+    barrier = SPAWN.Barrier(n_procs)
+    results = SPAWN.Queue()
+    procs = [
+        SPAWN.Process(target=_race_process, args=(path, w, attempts, barrier, results))
+        for w in range(n_procs)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        outcomes = [results.get(timeout=JOIN_TIMEOUT) for _ in procs]
+    except queue.Empty:
+        pytest.fail(f"a racing process reported nothing within {JOIN_TIMEOUT} s")
+    finally:
+        for p in procs:
+            p.join(JOIN_TIMEOUT)
+            if p.is_alive():
+                p.kill()
+    errors = [o[2] for o in outcomes if o[0] == "error"]
+    assert not errors, errors[0]
+    assert all(p.exitcode == 0 for p in procs)
+
+    won = [w for o in outcomes for w in o[2]]
+    assert len(won) == n_procs * attempts
+    with SqliteLedger(path) as led:
+        history = led.history("a")
+        assert led.versions() == {"a": 1 + len(won)}
+        assert [e.version for e in history] == list(range(1, 2 + len(won)))
+        assert sorted(v for v, _, _ in won) == list(range(2, 2 + len(won)))
+        for version, key, state in won:
+            assert history[version - 1].state == state
+            assert history[version - 1].meta == {"author": key}
+        assert len(led.head("a")[1]) == len(won)
+
+
+def _commit_through_inherited_handle(led: SqliteLedger, results) -> None:
+    """Child (fork): commit through the ledger object the parent opened."""
+    try:
+        inherited = led._local.conn  # white box: the parent's connection, copied by fork
+        version, _ = led.head("a")
+        new = led.commit("a", {"k": "child"}, version)
+        results.put(new if led._local.conn is not inherited else "reused the parent's connection")
+    except BaseException:
+        results.put(traceback.format_exc())
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method"
+)
+def test_a_forked_child_uses_its_own_connection(tmp_path):
+    fork = multiprocessing.get_context("fork")
+    with SqliteLedger(tmp_path / "fork.sqlite") as led:
+        led.register("a", {"k": "parent"}, 0.2)
+        results = fork.Queue()
+        child = fork.Process(target=_commit_through_inherited_handle, args=(led, results))
+        child.start()
+        try:
+            outcome = results.get(timeout=JOIN_TIMEOUT)
+        finally:
+            child.join(JOIN_TIMEOUT)
+            if child.is_alive():
+                child.kill()
+        assert outcome == 2, outcome
+        assert child.exitcode == 0
+        assert led.head("a") == (2, {"k": "child"})
+        with pytest.raises(CASConflict):
+            led.commit("a", {"k": "parent again"}, 1)
+        assert led.commit("a", {"k": "parent again"}, 2) == 3
+
+
+def test_cas_holds_between_two_handles_on_one_file(tmp_path):
+    path = tmp_path / "two.sqlite"
+    with SqliteLedger(path) as first, SqliteLedger(path) as second:
+        first.register("a", {"k": "0"}, 0.2)
+        second.register("a", {"k": "ignored"}, 0.2)
+        version, _ = first.head("a")
+        assert second.commit("a", {"k": "second"}, version) == 2
+        with pytest.raises(CASConflict) as info:
+            first.commit("a", {"k": "first"}, version)
+        assert info.value.head_version == 2
+        assert first.head("a") == (2, {"k": "second"})
+
+
+def test_reopen_resumes(tmp_path):
+    path = tmp_path / "resume.sqlite"
+    with SqliteLedger(path) as led:
+        led.register("a", {"k": "1"}, 0.7)
+        led.register("b", {}, 0.1)
+        led.commit("a", {"k": "2"}, 1, meta={"diff_id": "d1"})
+    with SqliteLedger(str(path)) as led:
+        led.register("a", {"k": "fresh start?"}, 0.7)  # resume: a no-op
+        assert led.versions() == {"a": 2, "b": 1}
+        assert led.head("a") == (2, {"k": "2"})
+        assert led.blast_radius("a") == pytest.approx(0.7)
+        assert [(e.version, e.state, e.meta) for e in led.history("a")] == [
+            (1, {"k": "1"}, {}),
+            (2, {"k": "2"}, {"diff_id": "d1"}),
+        ]
+        assert led.commit("a", {"k": "3"}, 2) == 3
+    with SqliteLedger(path) as led:
+        assert led.head("a") == (3, {"k": "3"})
+
+
+def test_file_uses_wal_json_and_the_schema_marker(tmp_path):
+    path = tmp_path / "format.sqlite"
+    with SqliteLedger(path) as led:
+        led.register("a", {"k": "v"}, 0.2)
+        led.commit("a", {"k": "w"}, 1, meta={"author": "w0"})
+    raw = sqlite3.connect(path)
+    try:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA,)
+        rows = raw.execute(
+            "SELECT version, state_json, meta_json FROM versions ORDER BY version"
+        ).fetchall()
+        assert [(v, json.loads(s), json.loads(m)) for v, s, m in rows] == [
+            (1, {"k": "v"}, {}),
+            (2, {"k": "w"}, {"author": "w0"}),
+        ]
+    finally:
+        raw.close()
+
+
+def test_path_like_and_missing_parent_folders(tmp_path):
+    path = tmp_path / "deep" / "er" / "ledger.sqlite"
+    with SqliteLedger(path) as led:
+        assert led.path == path
+        assert repr(led) == f"SqliteLedger({str(path)!r})"
+        led.register("a", {}, 0.2)
+    assert path.is_file()
+    assert "closed" in repr(led)
+
+
+def test_an_empty_file_becomes_a_ledger(tmp_path):
+    path = tmp_path / "empty.sqlite"
+    path.touch()
+    with SqliteLedger(path) as led:
+        led.register("a", {"k": "v"}, 0.2)
+    with SqliteLedger(path) as led:
+        assert led.head("a") == (1, {"k": "v"})
+
+
+def test_memory_path_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="MemoryLedger"):
+        SqliteLedger(":memory:")
+
+
+def test_closed_ledger_raises_ledger_error_and_close_is_idempotent(tmp_path):
+    led = SqliteLedger(tmp_path / "closed.sqlite")
+    led.register("a", {}, 0.2)
+    led.close()
+    led.close()
+    with pytest.raises(LedgerError, match="closed"):
+        led.head("a")
+
+
+def test_connections_of_finished_threads_are_released(tmp_path):
+    with SqliteLedger(tmp_path / "threads.sqlite") as led:
+        led.register("a", {}, 0.2)
+        for _ in range(5):
+            t = threading.Thread(target=led.versions)
+            t.start()
+            t.join(JOIN_TIMEOUT)
+        led.versions()  # a new thread or this one prunes the dead threads' connections
+        t = threading.Thread(target=led.versions)
+        t.start()
+        t.join(JOIN_TIMEOUT)
+        assert len(led._conns) <= 2
+
+
+def test_a_non_sqlite_file_raises_ledger_error_naming_the_path(tmp_path):
+    path = tmp_path / "noise.bin"
+    path.write_bytes(os.urandom(8192))
+    with pytest.raises(LedgerError) as info:
+        SqliteLedger(path)
+    assert str(path) in str(info.value) and "not a SQLite database" in str(info.value)
+    assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
+    assert path.read_bytes()[:16] != b"SQLite format 3\x00"  # left as it was
+
+
+def test_another_applications_database_raises_ledger_error_and_is_left_alone(tmp_path):
+    path = tmp_path / "other.db"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    raw.commit()
+    raw.close()
+    with pytest.raises(LedgerError) as info:
+        SqliteLedger(path)
+    message = str(info.value)
+    assert str(path) in message and "not an agentdescent ledger" in message and "users" in message
+    raw = sqlite3.connect(path)
+    try:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert tables == {"users"}
+    finally:
+        raw.close()
+
+
+def test_a_database_with_another_schema_marker_raises_ledger_error(tmp_path):
+    path = tmp_path / "future.sqlite"
+    with SqliteLedger(path) as led:
+        led.register("a", {}, 0.2)
+    raw = sqlite3.connect(path)
+    raw.execute("UPDATE meta SET value = ? WHERE key = 'schema'", ("agentdescent-ledger/99",))
+    raw.commit()
+    raw.close()
+    with pytest.raises(LedgerError, match="agentdescent-ledger/99"):
+        SqliteLedger(path)
+
+
+@pytest.mark.parametrize("bad", ["{not json", '["a", "list"]', '{"k": 1}'])
+def test_a_row_with_corrupt_json_raises_ledger_error(tmp_path, bad):
+    path = tmp_path / "corrupt.sqlite"
+    with SqliteLedger(path) as led:
+        led.register("a", {"k": "1"}, 0.2)
+        led.commit("a", {"k": "2"}, 1)
+    raw = sqlite3.connect(path)
+    raw.execute(
+        "UPDATE versions SET state_json = ? WHERE artifact_id = 'a' AND version = 2", (bad,)
+    )
+    raw.commit()
+    raw.close()
+    with SqliteLedger(path) as led:
+        for call in (lambda: led.head("a"), lambda: led.history("a")):
+            with pytest.raises(LedgerError) as info:
+                call()
+            message = str(info.value)
+            assert str(path) in message and "version 2" in message and "'a'" in message
+            assert "JSON object" in message
+        assert led.versions() == {"a": 2}  # the rest of the file is still readable
+
+
+def test_a_row_with_corrupt_meta_raises_ledger_error(tmp_path):
+    path = tmp_path / "corrupt-meta.sqlite"
+    with SqliteLedger(path) as led:
+        led.register("a", {}, 0.2)
+    raw = sqlite3.connect(path)
+    raw.execute("UPDATE versions SET meta_json = 'nope' WHERE artifact_id = 'a'")
+    raw.commit()
+    raw.close()
+    with SqliteLedger(path) as led, pytest.raises(LedgerError, match="audit record"):
+        led.history("a")
+
+
+def _commit_forever(path: str) -> None:
+    """Child: commit as fast as possible until killed; each version's state names itself."""
+    with SqliteLedger(path) as led:
+        blob = "x" * 50_000  # big rows keep the process inside a commit much of the time
+        while True:
+            version, _ = led.head("a")
+            led.commit("a", {"n": str(version + 1), "blob": blob}, version)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
+def test_sigkill_mid_commit_leaves_only_whole_commits(tmp_path):
+    path = str(tmp_path / "killed.sqlite")
+    with SqliteLedger(path) as led:
+        led.register("a", {"n": "1"}, 0.2)
+        child = SPAWN.Process(target=_commit_forever, args=(path,))
+        child.start()
+        try:
+            _poll(lambda: led.versions()["a"] >= 40 or not child.is_alive(), 60, "40 commits")
+            assert child.is_alive(), f"committing child died early (exit code {child.exitcode})"
+            os.kill(child.pid, signal.SIGKILL)
+            child.join(JOIN_TIMEOUT)
+        finally:
+            if child.is_alive():
+                child.kill()
+        assert child.exitcode == -signal.SIGKILL
+
+    with SqliteLedger(path) as led:
+        history = led.history("a")
+        head, _ = led.head("a")
+        assert head >= 40
+        assert [e.version for e in history] == list(range(1, head + 1))
+        assert all(e.state["n"] == str(e.version) for e in history)
+        assert all(len(e.state["blob"]) == 50_000 for e in history[1:])
+        assert led.commit("a", {"n": str(head + 1)}, head) == head + 1
+    raw = sqlite3.connect(path)
+    try:
+        assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        raw.close()
+
+
+# --------------------------------------------------------------------------- stateful model
+
+IDS = st.sampled_from(["a", "b", "c"])
+STATES = st.dictionaries(st.text(max_size=4), st.text(max_size=6), max_size=3)
+
+
+class MemoryLedgerMachine(RuleBasedStateMachine):
+    """Drive a ledger with random registers and commits against a plain model.
+
+    The model is ``artifact id -> list of states``; the head version is the list's
+    length. A commit must succeed iff its base is the head, and then raise the head
+    by exactly one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: dict[str, list[dict[str, str]]] = {}
+        self.radius: dict[str, float] = {}
+        self.ledger = self.open_ledger()
+
+    def open_ledger(self) -> Ledger:
+        return MemoryLedger()
+
+    @initialize(state=STATES)
+    def first_artifact(self, state):
+        self.register("a", state, 0.2)
+
+    @rule(aid=IDS, state=STATES, radius=st.floats(0, 1))
+    def register(self, aid, state, radius):
+        self.ledger.register(aid, state, radius)
+        if aid not in self.model:
+            self.model[aid] = [dict(state)]
+            self.radius[aid] = radius
+
+    @rule(data=st.data(), state=STATES)
+    def commit_at_head(self, data, state):
+        aid = data.draw(st.sampled_from(sorted(self.model)), label="aid")
+        self._commit(aid, len(self.model[aid]), state)
+
+    @rule(data=st.data(), state=STATES)
+    def commit_stale(self, data, state):
+        moved = sorted(aid for aid, states in self.model.items() if len(states) > 1)
+        if not moved:
+            return
+        aid = data.draw(st.sampled_from(moved), label="aid")
+        base = data.draw(st.integers(1, len(self.model[aid]) - 1), label="base")
+        self._commit(aid, base, state)
+
+    @rule(data=st.data(), state=STATES)
+    def commit_ahead(self, data, state):
+        aid = data.draw(st.sampled_from(sorted(self.model)), label="aid")
+        base = data.draw(st.integers(1, 3), label="ahead") + len(self.model[aid])
+        self._commit(aid, base, state)
+
+    @rule(aid=IDS, state=STATES)
+    def commit_unknown(self, aid, state):
+        if aid in self.model:
+            return
+        with pytest.raises(LedgerError, match="unknown artifact"):
+            self.ledger.commit(aid, state, 1)
+
+    def _commit(self, aid, base, state):
+        head = len(self.model[aid])
+        try:
+            new = self.ledger.commit(aid, state, base, meta={"base": base})
+        except CASConflict as err:
+            assert base != head, "a commit on the head was refused"
+            assert (err.base_version, err.head_version) == (base, head)
+            return
+        assert base == head, f"a commit on stale base {base} won over head {head}"
+        assert new == head + 1
+        self.model[aid].append(dict(state))
+
+    @rule(aid=IDS)
+    def history_matches(self, aid):
+        if aid not in self.model:
+            return
+        history = self.ledger.history(aid)
+        assert [e.version for e in history] == list(range(1, len(self.model[aid]) + 1))
+        assert [e.state for e in history] == self.model[aid]
+
+    @invariant()
+    def heads_match_the_model(self):
+        assert self.ledger.versions() == {aid: len(h) for aid, h in self.model.items()}
+        for aid, states in self.model.items():
+            assert self.ledger.head(aid) == (len(states), states[-1])
+            assert self.ledger.blast_radius(aid) == self.radius[aid]
+
+
+class SqliteLedgerMachine(MemoryLedgerMachine):
+    """The same model check on a SqliteLedger, plus closing and reopening the file."""
+
+    def open_ledger(self) -> Ledger:
+        self.tmpdir = tempfile.mkdtemp(prefix="agentdescent-ledger-")
+        self.path = Path(self.tmpdir) / "machine.sqlite"
+        return SqliteLedger(self.path)
+
+    @rule()
+    def reopen(self):
+        self.ledger.close()
+        self.ledger = SqliteLedger(self.path)
+
+    def teardown(self):
+        self.ledger.close()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+_MACHINE_SETTINGS = settings(
+    max_examples=30,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestMemoryLedgerMachine = MemoryLedgerMachine.TestCase
+TestMemoryLedgerMachine.settings = _MACHINE_SETTINGS
+TestSqliteLedgerMachine = SqliteLedgerMachine.TestCase
+TestSqliteLedgerMachine.settings = _MACHINE_SETTINGS
