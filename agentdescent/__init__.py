@@ -15,6 +15,7 @@ from .allocator import (
     LearningValueModel,
     ValueBudgetAllocator,
 )
+from .async_evolve import async_evolve
 from .budget import BudgetGovernor
 from .dataloader import DataLoadError, hf_rows, hf_rows_modelscope
 from .evolution import EvolutionResult, RoundInfo, evolve
@@ -94,6 +95,7 @@ __all__ = [
     "Task",
     "Usage",
     "ValueBudgetAllocator",
+    "async_evolve",
     "classify",
     "evolve",
     "get_policy",

@@ -63,6 +63,11 @@ class Evaluator(Protocol):
         ...
 
 
+# Optional hook, detected with getattr: ``verify(artifact_id, state, tasks) -> Sequence[float]``
+# scores ``state`` on the given tasks; when present, a rebased diff is re-verified on the
+# tasks that prompted it instead of on the cheap subset.
+
+
 @dataclass(frozen=True)
 class AggregatorConfig:
     """Knobs of the merge pipeline.
@@ -315,7 +320,7 @@ class Aggregator:
                 continue
             if action is StaleAction.REBASE:
                 self.counters["rebased"] += 1
-                if not cheap_with(card.diff) > cheap_head():
+                if not self._still_helps(artifact_id, head_state, card, cheap_with, cheap_head):
                     discarded += 1
                     self.counters["rebase_rejected"] += 1
                     self.evidence_pool.append(card)
@@ -375,6 +380,29 @@ class Aggregator:
             conflicts_dropped=len(dropped),
             notes=notes,
         )
+
+    def _still_helps(
+        self,
+        artifact_id: str,
+        head_state: dict[str, str],
+        card: EvidenceCard,
+        cheap_with: Callable[[Diff], float],
+        cheap_head: Callable[[], float],
+    ) -> bool:
+        """The cheap re-verification of a rebased diff on the current head.
+
+        With an evaluator that offers the optional ``verify(artifact_id, state, tasks)``
+        hook, the diff is re-run on the tasks that prompted it (before vs after on the
+        fresh head); otherwise it must strictly beat the head on the cheap subset.
+        """
+        verify = getattr(self.evaluator, "verify", None)
+        if callable(verify) and card.trajectory_refs:
+            refs = list(card.trajectory_refs)
+            before = verify(artifact_id, head_state, refs)
+            after = verify(artifact_id, card.diff.apply(head_state), refs)
+            self.counters["rebase_verifications"] += 1
+            return sum(after) > sum(before)
+        return cheap_with(card.diff) > cheap_head()
 
     # ------------------------------------------------------------------ measure
 

@@ -454,6 +454,10 @@ class RolloutEvaluator:
         scores = self._scores(state, self.cheap_tasks)
         return sum(scores) / len(scores)
 
+    def verify(self, artifact_id: str, state: Mapping[str, str], tasks: Sequence[Task]) -> list[float]:
+        """Scores of ``state`` on ``tasks`` (the aggregator's rebase re-verification hook)."""
+        return self._scores(state, list(tasks))
+
 
 def build_env(
     *, tasks: Sequence[Task], reward: Callable[[Task, str], float], agent: Any, run: Any,
