@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .aggregator import Aggregator, AggregatorConfig
 from .agents import Usage
+from .aggregator import Aggregator, AggregatorConfig
 from .allocator import AllocatorPolicy
 from .evolution import (
     BackendFailure,
