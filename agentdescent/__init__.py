@@ -6,7 +6,7 @@ compare-and-swap commit); a budget governor decides which candidates still get
 expensive evaluation as tokens run out.
 """
 
-from .agents import Agent, Completion, Provider, Usage
+from .agents import Agent, Completion, LLMAgent, Provider, Usage, usage_phase
 from .aggregator import Aggregator, AggregatorConfig, Evaluator
 from .allocator import (
     AllocateDecision,
@@ -21,6 +21,15 @@ from .dataloader import DataLoadError, hf_rows, hf_rows_modelscope
 from .evolution import EvolutionResult, RoundInfo, evolve
 from .governance import FAST_MAX, Layer, classify
 from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger
+from .providers import (
+    ProviderAuthError,
+    ProviderBadRequestError,
+    ProviderRateLimitError,
+    ProviderResponseError,
+    ProviderUnavailableError,
+    from_callable,
+    openai_compatible,
+)
 from .staleness import (
     FullStaleness,
     GuardedStaleness,
@@ -73,6 +82,7 @@ __all__ = [
     "GovernanceError",
     "GuardedStaleness",
     "KeyedRules",
+    "LLMAgent",
     "Layer",
     "LearningValueModel",
     "Ledger",
@@ -83,7 +93,12 @@ __all__ = [
     "MergeReport",
     "ProposalContractError",
     "Provider",
+    "ProviderAuthError",
+    "ProviderBadRequestError",
     "ProviderError",
+    "ProviderRateLimitError",
+    "ProviderResponseError",
+    "ProviderUnavailableError",
     "ReflectiveStaleness",
     "RewardContractError",
     "RoundInfo",
@@ -98,9 +113,12 @@ __all__ = [
     "async_evolve",
     "classify",
     "evolve",
+    "from_callable",
     "get_policy",
     "hf_rows",
     "hf_rows_modelscope",
+    "openai_compatible",
     "stable_hash",
+    "usage_phase",
     "vv_staleness",
 ]

@@ -9,12 +9,13 @@ provider. It must not import a provider SDK: the adapters live in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
 import string
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,9 +30,29 @@ __all__ = [
     "Provider",
     "Usage",
     "estimate_tokens",
+    "usage_phase",
 ]
 
 log = logging.getLogger("agentdescent.agents")
+
+_PHASE = threading.local()
+
+
+@contextlib.contextmanager
+def usage_phase(name: str) -> Iterator[None]:
+    """Attribute every token recorded *in this thread* inside the block to ``name``.
+
+    The engines wrap their calls in phases (``"rollout"``, ``"proposal"``,
+    ``"self_verify"``, ``"evaluation"``) so that :meth:`Usage.by_phase` can say where
+    a budget went, without providers or user callables knowing about phases: they
+    record into the meter from the calling thread, and the meter reads the phase.
+    """
+    previous = getattr(_PHASE, "name", None)
+    _PHASE.name = name
+    try:
+        yield
+    finally:
+        _PHASE.name = previous
 
 
 class Usage:
@@ -47,7 +68,10 @@ class Usage:
         calls: model calls (or simulated calls) recorded.
     """
 
-    __slots__ = ("_lock", "cache_write_tokens", "cached_tokens", "calls", "completion_tokens", "prompt_tokens")
+    __slots__ = (
+        "_lock", "_phases", "cache_write_tokens", "cached_tokens", "calls", "completion_tokens",
+        "prompt_tokens",
+    )
 
     def __init__(
         self,
@@ -62,6 +86,7 @@ class Usage:
         self.cached_tokens = int(cached_tokens)
         self.cache_write_tokens = 0
         self.calls = int(calls)
+        self._phases: dict[str, int] = {}
 
     @property
     def total_tokens(self) -> int:
@@ -85,7 +110,9 @@ class Usage:
         values = (prompt_tokens, completion_tokens, cached_tokens, calls, cache_write_tokens)
         if any(int(v) < 0 for v in values):
             raise ValueError(f"Usage.record got a negative count: {values!r}")
+        phase = getattr(_PHASE, "name", None) or "other"
         with self._lock:
+            self._phases[phase] = self._phases.get(phase, 0) + int(prompt_tokens) + int(completion_tokens)
             self.prompt_tokens += int(prompt_tokens)
             self.completion_tokens += int(completion_tokens)
             self.cached_tokens += int(cached_tokens)
@@ -102,6 +129,11 @@ class Usage:
             snap["calls"],
             cache_write_tokens=snap["cache_write_tokens"],
         )
+
+    def by_phase(self) -> dict[str, int]:
+        """Total tokens per phase (see :func:`usage_phase`); unattributed ones under ``"other"``."""
+        with self._lock:
+            return dict(sorted(self._phases.items()))
 
     def snapshot(self) -> dict[str, int]:
         """A consistent copy of every counter (taken under the lock)."""

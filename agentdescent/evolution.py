@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .agents import Usage
+from .agents import Usage, usage_phase
 from .aggregator import Aggregator, AggregatorConfig
 from .allocator import AllocatorPolicy, pre_spend_context
 from .budget import BudgetGovernor
@@ -171,7 +171,7 @@ class EvolutionResult:
             "stop_reason": self.stop_reason,
             "history": [h.to_json() for h in self.history],
             "forced_refreshes": self.forced_refreshes,
-            "usage": self.usage.snapshot(),
+            "usage": {**self.usage.snapshot(), "phases": self.usage.by_phase()},
             "budget": self.budget,
             "artifact_id": self.artifact_id,
             "version": self.version,
@@ -203,6 +203,7 @@ class EvolutionResult:
             snap = data["usage"]
             usage = Usage(snap["prompt_tokens"], snap["completion_tokens"], snap["cached_tokens"], snap["calls"])
             usage.cache_write_tokens = int(snap.get("cache_write_tokens", 0))
+            usage._phases.update({str(k): int(v) for k, v in snap.get("phases", {}).items()})
             return cls(
                 state=dict(data["state"]),
                 rendered=data["rendered"],
@@ -383,15 +384,18 @@ class RunEnv:
 
     # ----------------------------------------------------------------- backend calls
 
-    def call(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
+    def call(self, fn: Callable[..., Any], *args: Any, what: str, phase: str) -> Any:
         """Call a backend with bounded retries; raise :class:`BackendFailure` when it keeps failing.
 
-        Contract errors are the caller's bug and propagate at once.
+        Tokens the call records are attributed to ``phase`` (see
+        :func:`agentdescent.agents.usage_phase`). Contract errors are the caller's bug and
+        propagate at once.
         """
         last: BaseException | None = None
         for attempt in range(1, BACKEND_ATTEMPTS + 1):
             try:
-                return fn(*args)
+                with usage_phase(phase):
+                    return fn(*args)
             except (ContractError, GovernanceError):
                 raise
             except Exception as exc:  # a backend failure: count, retry
@@ -437,7 +441,8 @@ class RolloutEvaluator:
             missing = [t for t in tasks if (digest, t.id) not in self._cache]
 
         def one(task: Task) -> float:
-            out = self.env.call(self.env.solve, rendered, task, what=f"evaluation on task {task.id!r}")
+            out = self.env.call(self.env.solve, rendered, task, what=f"evaluation on task {task.id!r}",
+                                phase="evaluation")
             return self.env.score(task, out)
 
         scores = self.env.map(one, missing)
@@ -546,7 +551,7 @@ class Rollout:
 def rollout_step(env: RunEnv, worker_id: int, task: Task, version: int, state: Mapping[str, str]) -> Rollout:
     """Roll ``task`` out on the worker's snapshot (raises :class:`BackendFailure`)."""
     rendered = env.strategy.render(state)
-    output = env.call(env.solve, rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}")
+    output = env.call(env.solve, rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}", phase="rollout")
     if not isinstance(output, str):
         raise ContractError(
             f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
@@ -584,7 +589,7 @@ def card_step(env: RunEnv, rollout: Rollout, advantage: float) -> EvidenceCard |
         return None
     task = rollout.task
     proposal = env.call(env.propose, rollout.rendered, task, rollout.output, rollout.reward,
-                        what=f"worker {rollout.worker_id} proposal for task {task.id!r}")
+                        what=f"worker {rollout.worker_id} proposal for task {task.id!r}", phase="proposal")
     env.counters.add("proposals")
     if proposal is not None and not isinstance(proposal, str):
         raise ProposalContractError(
@@ -605,7 +610,8 @@ def card_step(env: RunEnv, rollout: Rollout, advantage: float) -> EvidenceCard |
         if env.governor.candidate_worth(ctx):
             patched = env.strategy.render(diff.apply(rollout.state))
             out = env.call(env.solve, patched, task,
-                           what=f"worker {rollout.worker_id} self-verify of task {task.id!r}")
+                           what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",
+                           phase="self_verify")
             card.before_after_delta = env.score(task, str(out)) - rollout.reward
             env.counters.add("self_verify_rollouts")
         else:

@@ -75,10 +75,15 @@ class AppendRules:
 
     Args:
         title: the first line of the rendered playbook.
+        separator: if set, a proposal holding several rules separated by it becomes one
+            diff with one key per rule (for proposers that suggest several rules at once).
     """
 
-    def __init__(self, title: str = "# Playbook") -> None:
+    def __init__(self, title: str = "# Playbook", separator: str | None = None) -> None:
+        if separator is not None and (not isinstance(separator, str) or not separator):
+            raise ValueError(f"separator={separator!r}: use a non-empty str or None")
         self.title = title
+        self.separator = separator
 
     def initial(self) -> dict[str, str]:
         return {}
@@ -91,17 +96,21 @@ class AppendRules:
     def to_diff(
         self, state: Mapping[str, str], proposal: str, author: str, base_version: int, target: str
     ) -> Diff | None:
-        text = _check_proposal(proposal)
-        if not text:
+        _check_proposal(proposal)
+        parts = proposal.split(self.separator) if self.separator else [proposal]
+        ops: dict[str, str | None] = {}
+        for part in parts:
+            text = _clean(part)
+            key = _rule_key(text) if text else ""
+            if text and key not in state:
+                ops.setdefault(key, text)
+        if not ops:
             return None
-        key = _rule_key(text)
-        if key in state:
-            return None
-        ops: dict[str, str | None] = {key: text}
         return Diff(_diff_id(target, author, base_version, ops), target, ops, author=author)
 
     def __repr__(self) -> str:
-        return f"AppendRules(title={self.title!r})"
+        sep = f", separator={self.separator!r}" if self.separator else ""
+        return f"AppendRules(title={self.title!r}{sep})"
 
 
 class KeyedRules:

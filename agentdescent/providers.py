@@ -1,0 +1,1047 @@
+"""Provider adapters: OpenAI-compatible and Anthropic chat APIs, and plain callables.
+
+This module owns the boundary between the package and a model vendor: building the
+request from OpenAI-style messages, retrying transient failures (429, 5xx, timeouts,
+dropped connections) with jittered exponential backoff bounded in count and in total
+time, translating every SDK exception into the :class:`~agentdescent.ProviderError`
+family, and mapping the vendor's token accounting (cached prompt tokens included) into
+:class:`~agentdescent.agents.Usage`.
+
+It must not import a vendor SDK at module import time (the SDKs are optional extras,
+loaded inside the factories), must not let an SDK exception escape ``complete``, and
+must never put an API key into an exception, a log record or a ``repr``: a key lives
+only inside the SDK client and the redactor that scrubs server text, never in a public
+attribute.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import importlib
+import inspect
+import json
+import logging
+import math
+import os
+import random
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .agents import Completion, Usage, estimate_tokens
+from .types import ProviderError
+
+__all__ = [
+    "PROVIDER_OPTIONS",
+    "AnthropicProvider",
+    "CallableProvider",
+    "OpenAICompatibleProvider",
+    "ProviderAuthError",
+    "ProviderBadRequestError",
+    "ProviderDependencyError",
+    "ProviderRateLimitError",
+    "ProviderResponseError",
+    "ProviderTimeoutError",
+    "ProviderUnavailableError",
+    "anthropic",
+    "check_options",
+    "estimate_tokens",
+    "from_callable",
+    "messages_to_prompt",
+    "openai_compatible",
+]
+
+log = logging.getLogger("agentdescent.providers")
+
+#: The options every provider's ``complete`` accepts (SPEC §8). Anything else is a
+#: ``TypeError`` naming it: an option silently dropped would be a knob that does nothing.
+PROVIDER_OPTIONS = frozenset({"model", "tools", "max_tokens", "temperature"})
+
+DEFAULT_ANTHROPIC_MAX_TOKENS = 1024
+_OPENAI_DEFAULT_ENDPOINT = "https://api.openai.com/v1"
+_ANTHROPIC_DEFAULT_ENDPOINT = "https://api.anthropic.com"
+_SERVER_MESSAGE_LIMIT = 300
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class _ProviderFailure(ProviderError):
+    """Shared fields of the provider error family (private: catch the public classes).
+
+    Attributes:
+        model: the model the failed call asked for.
+        endpoint: the base URL the call went to (credentials and query stripped).
+        status_code: the HTTP status of the last response, when there was one.
+        attempts: how many requests were sent before giving up.
+        retry_after: seconds the server asked to wait (429/503), when it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        endpoint: str | None = None,
+        status_code: int | None = None,
+        attempts: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.model = model
+        self.endpoint = endpoint
+        self.status_code = status_code
+        self.attempts = attempts
+        self.retry_after = retry_after
+
+
+class ProviderAuthError(_ProviderFailure):
+    """The endpoint rejected the credentials (HTTP 401/403), or no key was configured.
+
+    Never retried: a wrong key does not become right by waiting.
+    """
+
+
+class ProviderRateLimitError(_ProviderFailure):
+    """HTTP 429 persisted through every retry (or asked for a wait beyond the time bound)."""
+
+
+class ProviderBadRequestError(_ProviderFailure):
+    """The endpoint rejected the request itself (HTTP 400/404/413/422...): not retried."""
+
+
+class ProviderUnavailableError(_ProviderFailure):
+    """5xx responses, timeouts or connection failures persisted through every retry."""
+
+
+class ProviderTimeoutError(ProviderUnavailableError):
+    """The last attempt timed out (a :class:`ProviderUnavailableError`, so catch either)."""
+
+
+class ProviderResponseError(_ProviderFailure):
+    """The endpoint answered 2xx with a body that is not a valid reply (bad JSON, no choices)."""
+
+
+class ProviderDependencyError(ProviderError, ImportError):
+    """A provider's SDK (an optional extra) is not installed.
+
+    Also an :class:`ImportError`, so code that guards optional imports the usual way
+    catches it.
+    """
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def check_options(options: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """Validate ``complete`` options and drop the ones set to ``None``.
+
+    A ``None`` value means "not given" (so callers can pass their own defaults through
+    unconditionally); any name outside :data:`PROVIDER_OPTIONS` is a mistake worth an
+    error rather than a silently ignored knob.
+
+    Args:
+        options: the keyword arguments ``complete`` received.
+        owner: the provider's class name, for the error text.
+
+    Returns:
+        The options that carry a value.
+
+    Raises:
+        TypeError: an option name is not one of ``model``, ``tools``, ``max_tokens``,
+            ``temperature``.
+    """
+    unknown = sorted(set(options) - PROVIDER_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"{owner}.complete() got unknown option(s) {', '.join(map(repr, unknown))}; "
+            f"the options are {', '.join(sorted(PROVIDER_OPTIONS))}"
+        )
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _content_text(content: Any) -> str:
+    """The text of a message's content: a string, or the text parts of a block list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Iterable) and not isinstance(content, (bytes, Mapping)):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "\n".join(parts)
+    return str(content)
+
+
+def messages_to_prompt(messages: Sequence[Mapping[str, Any]]) -> str:
+    """Join the messages' contents into one prompt string (blank line between messages).
+
+    Used by :func:`from_callable` and by the offline token estimate.
+    """
+    return "\n\n".join(t for t in (_content_text(m.get("content")) for m in messages) if t)
+
+
+def _check_messages(messages: Any, owner: str) -> list[dict[str, Any]]:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TypeError(
+            f"{owner}.complete() takes a list of message dicts like "
+            f"[{{'role': 'user', 'content': '...'}}], got {type(messages).__name__}"
+        )
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or "role" not in message:
+            raise TypeError(
+                f"{owner}.complete(): message {i} must be a mapping with 'role' and "
+                f"'content', got {message!r:.80}"
+            )
+        out.append(dict(message))
+    if not out:
+        raise ValueError(f"{owner}.complete() got an empty message list; send at least one message")
+    return out
+
+
+def _display_endpoint(url: str) -> str:
+    """The endpoint as it may appear in errors and logs: no userinfo, query or fragment."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<unparseable endpoint>"
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+
+
+class _Redactor:
+    """Removes a secret, any 8+ character fragment of it, and masked key echoes from text.
+
+    Servers echo keys back in error bodies (OpenAI: ``"Incorrect API key provided:
+    sk-abc***wxyz"``), so text that came from the wire is scrubbed word by word before it
+    goes into an exception or a log record.
+    """
+
+    _MASKED = re.compile(r"\S*(?:\*{3,}|\.{3,}|…)\S*")
+    _WORD = re.compile(r"\S+")
+
+    def __init__(self, secret: str | None) -> None:
+        secret = secret or ""
+        n = 8 if len(secret) >= 8 else len(secret)
+        self._secret = secret
+        self._grams = {secret[i : i + n] for i in range(len(secret) - n + 1)} if n else set()
+        self._n = n
+
+    def _leaks(self, word: str) -> bool:
+        if not self._n or len(word) < self._n:
+            return False
+        return any(word[i : i + self._n] in self._grams for i in range(len(word) - self._n + 1))
+
+    def __call__(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "[redacted]")
+        text = self._MASKED.sub("[redacted]", text)
+        return self._WORD.sub(lambda m: "[redacted]" if self._leaks(m.group(0)) else m.group(0), text)
+
+
+def _parse_retry_after(headers: Any) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` / ``Retry-After`` (seconds or HTTP date)."""
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0)
+        value = headers.get("retry-after")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _server_message(exc: Any) -> str:
+    """The human message a server put in an error body, if any (not yet redacted)."""
+    body = getattr(exc, "body", None)
+    message = None
+    if isinstance(body, Mapping):
+        err = body.get("error", body)
+        if isinstance(err, Mapping):
+            message = err.get("message")
+        elif isinstance(err, str):
+            message = err
+        message = message or body.get("message")
+    elif isinstance(body, str):
+        message = body
+    if not isinstance(message, str) or not message.strip():
+        message = getattr(exc, "message", None) or getattr(exc, "msg", None) or ""
+    message = " ".join(str(message).split())
+    if len(message) > _SERVER_MESSAGE_LIMIT:
+        message = message[:_SERVER_MESSAGE_LIMIT] + "..."
+    return message
+
+
+def _load_sdk(name: str, extra: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise ProviderDependencyError(
+            f"the {name!r} package is needed for agentdescent.providers.{extra}() but is "
+            f'not installed; install the extra: pip install "agentdescent[{extra}]"'
+        ) from None
+
+
+def _resolve_key(api_key: str | None, env_var: str, factory: str, model: str) -> str:
+    if api_key is not None:
+        if not isinstance(api_key, str) or not api_key.strip():
+            raise ProviderAuthError(
+                f"{factory}(model={model!r}): api_key must be a non-empty str "
+                f"(got a {type(api_key).__name__}); pass the key, or leave api_key=None "
+                f"to read {env_var}",
+                model=model,
+            )
+        return api_key
+    key = os.environ.get(env_var)
+    if not key:
+        hint = (
+            "; for a local server that needs no key pass api_key='EMPTY'"
+            if env_var == "OPENAI_API_KEY"
+            else ""
+        )
+        raise ProviderAuthError(
+            f"{factory}(model={model!r}): no API key; pass api_key=... or set the "
+            f"{env_var} environment variable{hint}",
+            model=model,
+        )
+    return key
+
+
+# --------------------------------------------------------------------------- SDK adapters
+
+
+class _SDKProvider:
+    """Retry loop, error translation and usage metering shared by the SDK adapters.
+
+    Subclasses build the SDK request and read the SDK response; everything that must
+    behave the same for every vendor (what is retried, how long to wait, which error a
+    failure becomes, what is logged) lives here once.
+    """
+
+    _kind = "provider"
+    _api = "provider"
+    _key_env = ""
+
+    def __init__(
+        self,
+        *,
+        sdk: Any,
+        client: Any,
+        model: str,
+        endpoint: str,
+        key: str,
+        max_retries: int,
+        max_retry_seconds: float,
+        initial_backoff: float,
+        max_backoff: float,
+        usage: Usage | None,
+        seed: int | None,
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"{self._kind}(model={model!r}): model must be a non-empty str")
+        if int(max_retries) < 0:
+            raise ValueError(
+                f"{self._kind}(max_retries={max_retries!r}): use 0 (no retries) or more"
+            )
+        if not (max_retry_seconds >= 0):
+            raise ValueError(
+                f"{self._kind}(max_retry_seconds={max_retry_seconds!r}): use a number >= 0"
+            )
+        if not (initial_backoff >= 0 and max_backoff >= initial_backoff):
+            raise ValueError(
+                f"{self._kind}(initial_backoff={initial_backoff!r}, max_backoff={max_backoff!r}): "
+                "use 0 <= initial_backoff <= max_backoff"
+            )
+        self.model = model
+        self.endpoint = endpoint
+        self.max_retries = int(max_retries)
+        self.max_retry_seconds = float(max_retry_seconds)
+        self.initial_backoff = float(initial_backoff)
+        self.max_backoff = float(max_backoff)
+        self.usage = usage if usage is not None else Usage()
+        self._sdk = sdk
+        self._client = client
+        self._redact = _Redactor(key)
+        self._rng = random.Random(seed)
+        self._sleep = sleep
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._warned_no_usage = False
+        self.retries = 0
+        self.failures = 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, endpoint={self.endpoint!r})"
+
+    def __getstate__(self) -> Any:
+        raise TypeError(
+            f"{type(self).__name__} cannot be pickled (it holds a live client and a "
+            "credential); build the provider inside the worker process instead"
+        )
+
+    # -- hooks -------------------------------------------------------------------------
+
+    def _send(self, messages: list[dict[str, Any]], model: str, opts: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _read(self, response: Any, model: str) -> tuple[str, Usage | None]:
+        raise NotImplementedError
+
+    # -- the call ----------------------------------------------------------------------
+
+    def complete(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Completion:
+        """Send ``messages`` and return the reply with this call's token usage.
+
+        Transient failures are retried inside this call; what is left is raised as one
+        of the :class:`~agentdescent.ProviderError` family. The call's usage is also
+        added to ``self.usage``, the provider's run meter.
+
+        Args:
+            messages: OpenAI-style ``{"role", "content"}`` dicts.
+            **options: ``model`` (overrides the provider's), ``tools``, ``max_tokens``,
+                ``temperature``; ``None`` means not given.
+
+        Returns:
+            The reply text and a per-call :class:`~agentdescent.agents.Usage`.
+
+        Raises:
+            TypeError: an unknown option or a malformed message list.
+            ProviderAuthError: the key was rejected.
+            ProviderBadRequestError: the request was rejected as invalid.
+            ProviderRateLimitError: 429s outlasted the retry bound.
+            ProviderUnavailableError: 5xx/timeouts/connection failures outlasted it.
+            ProviderResponseError: a 2xx reply that is not a valid completion.
+        """
+        owner = type(self).__name__
+        opts = check_options(options, owner)
+        msgs = _check_messages(messages, owner)
+        model = opts.pop("model", self.model)
+        response, attempts = self._with_retries(lambda: self._send(msgs, model, opts), model)
+        text, call_usage = self._read(response, model)
+        if call_usage is None:
+            call_usage = Usage()
+            call_usage.record(
+                estimate_tokens(messages_to_prompt(msgs)), estimate_tokens(text), 0
+            )
+            if not self._warned_no_usage:
+                self._warned_no_usage = True
+                log.warning(
+                    "%s at %s (model %r) reported no token usage; counting an offline "
+                    "estimate (ceil(chars/4)) instead, so token budgets are approximate",
+                    self._kind, self.endpoint, model,
+                )
+        self.usage.add(call_usage)
+        snap = call_usage.snapshot()
+        log.debug(
+            "%s call to %s (model %r) ok after %d attempt(s): prompt=%d completion=%d "
+            "cached=%d cache_write=%d",
+            self._kind, self.endpoint, model, attempts, snap["prompt_tokens"],
+            snap["completion_tokens"], snap["cached_tokens"], snap["cache_write_tokens"],
+        )
+        return Completion(text, call_usage)
+
+    def _with_retries(self, send: Callable[[], Any], model: str) -> tuple[Any, int]:
+        start = self._clock()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return send(), attempt
+            except Exception as exc:  # every SDK failure is translated here
+                kind, status, retry_after = self._classify(exc)
+                if kind in ("auth", "bad", "response", "sdk"):
+                    self._count_failure()
+                    raise self._final_error(kind, exc, model, status, attempt, retry_after) from None
+                elapsed = self._clock() - start
+                if attempt > self.max_retries:
+                    self._count_failure()
+                    raise self._final_error(
+                        kind, exc, model, status, attempt, retry_after, elapsed=elapsed
+                    ) from None
+                delay = self._delay(attempt, retry_after)
+                if elapsed + delay > self.max_retry_seconds:
+                    self._count_failure()
+                    raise self._final_error(
+                        kind, exc, model, status, attempt, retry_after,
+                        elapsed=elapsed, out_of_time=delay,
+                    ) from None
+                with self._lock:
+                    self.retries += 1
+                log.info(
+                    "%s call to %s (model %r) failed with %s; retry %d of %d in %.2fs",
+                    self._kind, self.endpoint, model, self._what(kind, status),
+                    attempt, self.max_retries, delay,
+                )
+                self._sleep(delay)
+
+    def _count_failure(self) -> None:
+        with self._lock:
+            self.failures += 1
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return retry_after
+        base = min(self.max_backoff, self.initial_backoff * (2 ** (attempt - 1)))
+        with self._lock:
+            jitter = self._rng.random()
+        # "Equal jitter": at least half the backoff, so a herd of workers that failed
+        # together spreads out without any of them hammering the server immediately.
+        return base * (0.5 + 0.5 * jitter)
+
+    def _classify(self, exc: BaseException) -> tuple[str, int | None, float | None]:
+        sdk = self._sdk
+        if isinstance(exc, (json.JSONDecodeError, sdk.APIResponseValidationError)):
+            return "response", getattr(exc, "status_code", None), None
+        if isinstance(exc, sdk.APITimeoutError):
+            return "timeout", None, None
+        if isinstance(exc, sdk.APIConnectionError):
+            return "connection", None, None
+        if isinstance(exc, sdk.APIStatusError):
+            status = int(exc.status_code)
+            retry_after = _parse_retry_after(getattr(exc.response, "headers", None))
+            if status in (401, 403):
+                return "auth", status, None
+            if status == 429:
+                return "rate", status, retry_after
+            if status >= 500 or status == 408:
+                return "server", status, retry_after
+            return "bad", status, None
+        if isinstance(exc, sdk.APIError):
+            return "response", None, None
+        if isinstance(exc, self._sdk_base_error()):
+            return "sdk", None, None
+        raise exc  # not an SDK failure: a bug, let it surface unchanged
+
+    def _sdk_base_error(self) -> tuple[type[BaseException], ...]:
+        found = (getattr(self._sdk, name, None) for name in ("OpenAIError", "AnthropicError"))
+        return tuple(cls for cls in found if isinstance(cls, type))
+
+    @staticmethod
+    def _what(kind: str, status: int | None) -> str:
+        if kind == "timeout":
+            return "a timeout"
+        if kind == "connection":
+            return "a connection error"
+        return f"HTTP {status}"
+
+    def _final_error(
+        self,
+        kind: str,
+        exc: BaseException,
+        model: str,
+        status: int | None,
+        attempts: int,
+        retry_after: float | None,
+        *,
+        elapsed: float = 0.0,
+        out_of_time: float | None = None,
+    ) -> ProviderError:
+        where = f"{self._kind} endpoint {self.endpoint} (model {model!r})"
+        detail = self._redact(_server_message(exc))
+        said = f": {detail}" if detail else ""
+        fields = {
+            "model": model,
+            "endpoint": self.endpoint,
+            "status_code": status,
+            "attempts": attempts,
+            "retry_after": retry_after,
+        }
+        if kind == "auth":
+            # The server's text is dropped on purpose: auth errors are where servers echo
+            # (parts of) the key back.
+            return ProviderAuthError(
+                f"{where} rejected the credentials (HTTP {status}); check the key passed "
+                f"as api_key= or in {self._key_env} (the key is never shown)",
+                **fields,
+            )
+        if kind == "bad":
+            return ProviderBadRequestError(
+                f"{where} rejected the request (HTTP {status}){said}; check the model "
+                "name, the messages and the options (not retried: resending the same "
+                "request cannot help)",
+                **fields,
+            )
+        if kind == "sdk":
+            return ProviderError(
+                f"{where}: the {self._kind} SDK failed with {type(exc).__name__}"
+                f"{': ' + self._redact(' '.join(str(exc).split())) if str(exc) else ''}"
+            )
+        if kind == "response":
+            return ProviderResponseError(
+                f"{where} returned a reply that is not a valid response "
+                f"({type(exc).__name__}{said}); check that base_url points at {self._api}",
+                **fields,
+            )
+        what = self._what(kind, status)
+        if out_of_time is not None:
+            bound = (
+                f"the next wait ({out_of_time:.1f}s"
+                f"{', from Retry-After' if retry_after is not None else ''}) would pass "
+                f"max_retry_seconds={self.max_retry_seconds:g} after {elapsed:.1f}s"
+            )
+        else:
+            bound = f"max_retries={self.max_retries} is used up after {elapsed:.1f}s"
+        text = (
+            f"{where} failed with {what} on attempt {attempts}{said}; {bound}. "
+            "Retry later, or raise max_retries / max_retry_seconds"
+        )
+        if kind == "rate":
+            return ProviderRateLimitError(
+                text + " (or lower the request rate, e.g. fewer workers)", **fields
+            )
+        if kind == "timeout":
+            return ProviderTimeoutError(text + " (or raise timeout=)", **fields)
+        return ProviderUnavailableError(text, **fields)
+
+    def _response_error(self, model: str, problem: str) -> ProviderResponseError:
+        return ProviderResponseError(
+            f"{self._kind} endpoint {self.endpoint} (model {model!r}) returned a reply "
+            f"that is not a valid response: {problem}; check that base_url points at "
+            f"{self._api}",
+            model=model,
+            endpoint=self.endpoint,
+            attempts=None,
+        )
+
+
+class OpenAICompatibleProvider(_SDKProvider):
+    """A :class:`~agentdescent.agents.Provider` for any OpenAI-compatible chat endpoint.
+
+    Build it with :func:`openai_compatible`. Thread-safe: one SDK client (a pooled HTTP
+    client) serves every worker thread.
+
+    Attributes:
+        model: the default model (``complete(model=...)`` overrides it per call).
+        endpoint: the base URL calls go to (no credentials).
+        usage: the run meter every call records into.
+        retries: retries made so far (all calls); failures: calls that raised.
+    """
+
+    _kind = "openai-compatible"
+    _api = "an OpenAI-compatible chat-completions API"
+    _key_env = "OPENAI_API_KEY"
+
+    def _send(self, messages: list[dict[str, Any]], model: str, opts: dict[str, Any]) -> Any:
+        return self._client.chat.completions.create(model=model, messages=messages, **opts)
+
+    def _read(self, response: Any, model: str) -> tuple[str, Usage | None]:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            shape = "no choices" if hasattr(response, "choices") else type(response).__name__
+            raise self._response_error(model, f"expected a chat completion, got {shape}")
+        message = getattr(choices[0], "message", None)
+        if message is None:
+            raise self._response_error(model, "the first choice has no message")
+        text = getattr(message, "content", None) or ""
+        if not isinstance(text, str):
+            raise self._response_error(model, f"message content is a {type(text).__name__}")
+        raw = getattr(response, "usage", None)
+        if raw is None or getattr(raw, "prompt_tokens", None) is None:
+            return text, None
+        details = getattr(raw, "prompt_tokens_details", None)
+        call = Usage()
+        call.record(
+            int(raw.prompt_tokens or 0),
+            int(getattr(raw, "completion_tokens", 0) or 0),
+            int(getattr(details, "cached_tokens", 0) or 0),
+            cache_write_tokens=int(getattr(details, "cache_write_tokens", 0) or 0),
+        )
+        return text, call
+
+
+class AnthropicProvider(_SDKProvider):
+    """A :class:`~agentdescent.agents.Provider` for the Anthropic messages API.
+
+    Build it with :func:`anthropic`. ``system`` messages in the list are moved to the
+    API's ``system`` parameter; OpenAI-style function tools are converted to
+    Anthropic's tool shape. Thread-safe.
+
+    Attributes:
+        model: the default model (``complete(model=...)`` overrides it per call).
+        endpoint: the base URL calls go to (no credentials).
+        max_tokens: the reply cap used when a call does not pass ``max_tokens``
+            (the messages API requires one).
+        usage: the run meter every call records into.
+        retries: retries made so far (all calls); failures: calls that raised.
+    """
+
+    _kind = "anthropic"
+    _api = "the Anthropic messages API"
+    _key_env = "ANTHROPIC_API_KEY"
+
+    def __init__(self, *, max_tokens: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"anthropic(max_tokens={max_tokens!r}): use a positive int")
+        self.max_tokens = max_tokens
+
+    @staticmethod
+    def _tool(tool: Any) -> Any:
+        if isinstance(tool, Mapping) and tool.get("type") == "function" and "function" in tool:
+            fn = tool["function"]
+            converted = {
+                "name": fn["name"],
+                "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+            }
+            if fn.get("description"):
+                converted["description"] = fn["description"]
+            return converted
+        return tool
+
+    def _send(self, messages: list[dict[str, Any]], model: str, opts: dict[str, Any]) -> Any:
+        system_parts = [m.get("content") for m in messages if m.get("role") == "system"]
+        rest = [m for m in messages if m.get("role") != "system"]
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": rest,
+            "max_tokens": int(opts.get("max_tokens", self.max_tokens)),
+        }
+        if system_parts:
+            if all(isinstance(p, str) for p in system_parts):
+                kwargs["system"] = "\n\n".join(p for p in system_parts if p)
+            else:
+                blocks: list[Any] = []
+                for part in system_parts:
+                    if isinstance(part, str):
+                        blocks.append({"type": "text", "text": part})
+                    else:
+                        blocks.extend(part or [])
+                kwargs["system"] = blocks
+        if "temperature" in opts:
+            # anthropic 2.x has no typed ``temperature`` argument; the value goes in the
+            # body so endpoints that still take it honour it, and one that does not
+            # answers 400 (a ProviderBadRequestError), which is loud, not silent.
+            kwargs["extra_body"] = {"temperature": opts["temperature"]}
+        if "tools" in opts:
+            kwargs["tools"] = [self._tool(t) for t in opts["tools"]]
+        return self._client.messages.create(**kwargs)
+
+    def _read(self, response: Any, model: str) -> tuple[str, Usage | None]:
+        content = getattr(response, "content", None)
+        if not isinstance(content, list):
+            shape = type(content).__name__ if hasattr(response, "content") else type(response).__name__
+            raise self._response_error(model, f"expected a message with a content list, got {shape}")
+        text = "".join(
+            block.text
+            for block in content
+            if getattr(block, "type", None) == "text" and isinstance(getattr(block, "text", None), str)
+        )
+        raw = getattr(response, "usage", None)
+        if raw is None or getattr(raw, "input_tokens", None) is None:
+            return text, None
+        read = int(getattr(raw, "cache_read_input_tokens", 0) or 0)
+        write = int(getattr(raw, "cache_creation_input_tokens", 0) or 0)
+        call = Usage()
+        # Anthropic's input_tokens excludes both cache parts; Usage.prompt_tokens is
+        # everything the prompt cost, so the three are summed.
+        call.record(
+            int(raw.input_tokens) + read + write,
+            int(getattr(raw, "output_tokens", 0) or 0),
+            read,
+            cache_write_tokens=write,
+        )
+        return text, call
+
+
+def openai_compatible(
+    model: str,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout: float = 60.0,
+    max_retries: int = 4,
+    max_retry_seconds: float = 60.0,
+    initial_backoff: float = 0.5,
+    max_backoff: float = 8.0,
+    usage: Usage | None = None,
+    default_headers: Mapping[str, str] | None = None,
+    http_client: Any = None,
+    seed: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> OpenAICompatibleProvider:
+    """A provider for any OpenAI-compatible chat-completions endpoint.
+
+    OpenAI itself, DeepSeek, GLM, vLLM, llama.cpp's server and most gateways speak this
+    API, so one adapter covers them: point ``base_url`` at the server. The official
+    ``openai`` SDK does the HTTP; its own retries are switched off so that the retry
+    policy (and its bounds) is this package's, the same for every vendor.
+
+    Args:
+        model: the model name the endpoint knows (``"gpt-4o-mini"``, ``"deepseek-chat"``...).
+        base_url: the API root including ``/v1`` (e.g. ``"http://127.0.0.1:8000/v1"``);
+            ``None`` means OpenAI (or ``OPENAI_BASE_URL``).
+        api_key: the key; ``None`` reads ``OPENAI_API_KEY``. A local server that needs
+            no key still wants a value: pass ``api_key="EMPTY"``.
+        timeout: seconds per HTTP attempt.
+        max_retries: retries after the first attempt (429, 5xx, timeouts, connection
+            errors only).
+        max_retry_seconds: bound on the time one call spends retrying: a wait
+            (``Retry-After`` included) that would end past it ends the call instead, so
+            a call lasts at most this plus one attempt's ``timeout``.
+        initial_backoff: the first backoff in seconds; it doubles per retry, is capped
+            at ``max_backoff`` and jittered to between 50% and 100%.
+        max_backoff: the cap on one backoff wait.
+        usage: the run meter to record into; a new :class:`~agentdescent.agents.Usage`
+            if ``None``.
+        default_headers: extra headers for every request (gateway routing...).
+        http_client: an ``httpx2.Client`` for the SDK (proxies, ``MockTransport``).
+        seed: seed of the provider's own jitter RNG (the global RNG is never used).
+        sleep: the wait function (injectable so tests run on virtual time).
+        clock: the monotonic clock the time bound reads (injectable with ``sleep``).
+
+    Returns:
+        An :class:`OpenAICompatibleProvider`.
+
+    Raises:
+        ProviderDependencyError: the ``openai`` SDK is not installed.
+        ProviderAuthError: no key given and ``OPENAI_API_KEY`` is unset.
+        ValueError: a retry knob is out of range.
+    """
+    sdk = _load_sdk("openai", "openai")
+    key = _resolve_key(api_key, "OPENAI_API_KEY", "openai_compatible", model)
+    client_kwargs: dict[str, Any] = {
+        "api_key": key,
+        "timeout": timeout,
+        "max_retries": 0,
+    }
+    if base_url is not None:
+        client_kwargs["base_url"] = base_url
+    if default_headers:
+        client_kwargs["default_headers"] = dict(default_headers)
+    if http_client is not None:
+        client_kwargs["http_client"] = http_client
+    client = sdk.OpenAI(**client_kwargs)
+    endpoint = _display_endpoint(str(getattr(client, "base_url", None) or base_url or _OPENAI_DEFAULT_ENDPOINT))
+    return OpenAICompatibleProvider(
+        sdk=sdk,
+        client=client,
+        model=model,
+        endpoint=endpoint,
+        key=key,
+        max_retries=max_retries,
+        max_retry_seconds=max_retry_seconds,
+        initial_backoff=initial_backoff,
+        max_backoff=max_backoff,
+        usage=usage,
+        seed=seed,
+        sleep=sleep,
+        clock=clock,
+    )
+
+
+def anthropic(
+    model: str,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    max_tokens: int = DEFAULT_ANTHROPIC_MAX_TOKENS,
+    timeout: float = 60.0,
+    max_retries: int = 4,
+    max_retry_seconds: float = 60.0,
+    initial_backoff: float = 0.5,
+    max_backoff: float = 8.0,
+    usage: Usage | None = None,
+    default_headers: Mapping[str, str] | None = None,
+    http_client: Any = None,
+    seed: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> AnthropicProvider:
+    """A provider for the Anthropic messages API.
+
+    Built on the official ``anthropic`` SDK with its retries switched off (the retry
+    policy is this package's). Prompt-cache reads are counted as cached prompt tokens;
+    cache writes are kept apart in ``Usage.cache_write_tokens`` because they are billed
+    above the normal input rate, not below it.
+
+    Args:
+        model: the model name (``"claude-sonnet-4-5"``...).
+        base_url: the API root without ``/v1`` (e.g. ``"http://127.0.0.1:8080"``);
+            ``None`` means Anthropic (or ``ANTHROPIC_BASE_URL``).
+        api_key: the key; ``None`` reads ``ANTHROPIC_API_KEY``.
+        max_tokens: the reply cap when a call does not pass ``max_tokens`` (required by
+            the API).
+        timeout: seconds per HTTP attempt.
+        max_retries: retries after the first attempt (429, 5xx/529, timeouts,
+            connection errors only).
+        max_retry_seconds: bound on the time one call spends retrying (a call lasts
+            at most this plus one attempt's ``timeout``).
+        initial_backoff: the first backoff in seconds (doubles, capped, jittered).
+        max_backoff: the cap on one backoff wait.
+        usage: the run meter to record into; a new one if ``None``.
+        default_headers: extra headers for every request (beta flags...).
+        http_client: an ``httpx2.Client`` for the SDK.
+        seed: seed of the provider's own jitter RNG.
+        sleep: the wait function (injectable for tests).
+        clock: the monotonic clock the time bound reads.
+
+    Returns:
+        An :class:`AnthropicProvider`.
+
+    Raises:
+        ProviderDependencyError: the ``anthropic`` SDK is not installed.
+        ProviderAuthError: no key given and ``ANTHROPIC_API_KEY`` is unset.
+        ValueError: a retry knob or ``max_tokens`` is out of range.
+    """
+    sdk = _load_sdk("anthropic", "anthropic")
+    key = _resolve_key(api_key, "ANTHROPIC_API_KEY", "anthropic", model)
+    client_kwargs: dict[str, Any] = {
+        "api_key": key,
+        "timeout": timeout,
+        "max_retries": 0,
+    }
+    if base_url is not None:
+        client_kwargs["base_url"] = base_url
+    if default_headers:
+        client_kwargs["default_headers"] = dict(default_headers)
+    if http_client is not None:
+        client_kwargs["http_client"] = http_client
+    client = sdk.Anthropic(**client_kwargs)
+    endpoint = _display_endpoint(str(getattr(client, "base_url", None) or base_url or _ANTHROPIC_DEFAULT_ENDPOINT))
+    return AnthropicProvider(
+        max_tokens=max_tokens,
+        sdk=sdk,
+        client=client,
+        model=model,
+        endpoint=endpoint,
+        key=key,
+        max_retries=max_retries,
+        max_retry_seconds=max_retry_seconds,
+        initial_backoff=initial_backoff,
+        max_backoff=max_backoff,
+        usage=usage,
+        seed=seed,
+        sleep=sleep,
+        clock=clock,
+    )
+
+
+# --------------------------------------------------------------------------- callables
+
+
+def _accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """Option names ``fn`` takes as keywords; ``None`` means any (it has ``**kwargs``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return frozenset()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    names = {
+        p.name
+        for p in params[1:]
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    return frozenset(names & PROVIDER_OPTIONS)
+
+
+class CallableProvider:
+    """A :class:`~agentdescent.agents.Provider` around a ``prompt: str -> str`` function.
+
+    Build it with :func:`from_callable`. Useful for local models behind a function, for
+    deterministic stand-ins, and for offline docs and tests.
+
+    Attributes:
+        fn: the wrapped function.
+        usage: the meter every call records into (an offline ``ceil(chars/4)`` estimate
+            unless ``fn`` returns a :class:`~agentdescent.agents.Completion` with usage).
+    """
+
+    def __init__(self, fn: Callable[..., Any], *, usage: Usage | None = None, name: str | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"from_callable(fn={fn!r}): fn must be callable (prompt: str -> str)")
+        self.fn = fn
+        self.name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+        self.usage = usage if usage is not None else Usage()
+        self._accepts = _accepted_keywords(fn)
+
+    def __repr__(self) -> str:
+        return f"CallableProvider({self.name})"
+
+    def complete(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Completion:
+        """Call the function on the joined message contents.
+
+        Options with a value are passed to the function as keywords when it takes them
+        (by name or through ``**kwargs``); an option it cannot take raises rather than
+        being dropped. Exceptions from the function propagate unchanged.
+
+        Raises:
+            TypeError: an unknown option, an option ``fn`` does not take, or ``fn``
+                returned something that is neither ``str`` nor ``Completion``.
+        """
+        owner = f"CallableProvider({self.name})"
+        opts = check_options(options, owner)
+        msgs = _check_messages(messages, owner)
+        if self._accepts is not None:
+            refused = sorted(set(opts) - self._accepts)
+            if refused:
+                raise TypeError(
+                    f"{owner}.complete() got option(s) {', '.join(map(repr, refused))} but "
+                    f"{self.name} does not take them; add them as keyword parameters (or "
+                    "**options) to the function, or do not pass them"
+                )
+        prompt = messages_to_prompt(msgs)
+        result = self.fn(prompt, **opts)
+        if isinstance(result, Completion):
+            text, call = result.text, result.usage
+        elif isinstance(result, str):
+            text, call = result, None
+        else:
+            raise TypeError(
+                f"{owner}: the function returned a {type(result).__name__}; it must "
+                "return the reply as a str (or a Completion)"
+            )
+        if call is None:
+            call = Usage()
+            call.record(estimate_tokens(prompt), estimate_tokens(text), 0)
+        self.usage.add(call)
+        return Completion(text, call)
+
+
+def from_callable(
+    fn: Callable[..., Any], *, usage: Usage | None = None, name: str | None = None
+) -> CallableProvider:
+    """Wrap a ``prompt: str -> str`` function as a provider.
+
+    The messages' contents are joined (blank line between them) into one prompt. Token
+    usage is an offline, deterministic estimate (``ceil(chars / 4)`` each way) so token
+    budgets still work without a tokenizer or a network.
+
+    Args:
+        fn: ``fn(prompt) -> str``; it may also take ``model``, ``tools``,
+            ``max_tokens``, ``temperature`` as keywords, and may return a
+            :class:`~agentdescent.agents.Completion` to report exact usage.
+        usage: the meter to record into; a new one if ``None``.
+        name: a label for errors and ``repr`` (default: the function's name).
+
+    Returns:
+        A :class:`CallableProvider`.
+    """
+    return CallableProvider(fn, usage=usage, name=name)

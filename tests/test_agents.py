@@ -1,0 +1,360 @@
+"""Usage (thread-safety), FakeProvider, and LLMAgent over fakes and over a real loopback server."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from agentdescent import Task
+from agentdescent.agents import (
+    DEFAULT_PROPOSE_TEMPLATE,
+    Agent,
+    Completion,
+    LLMAgent,
+    Provider,
+    Usage,
+    estimate_tokens,
+)
+from agentdescent.providers import ProviderUnavailableError, from_callable, openai_compatible
+from agentdescent.testing import FakeProvider
+from tests.llm_server import LLMServer, openai_body
+
+TASK = Task("t1", "What is the capital of France?", {"answer": "Paris"})
+PLAYBOOK = "# Playbook\n- Answer with one word."
+
+
+def run_threads(n: int, target) -> None:
+    errors: list[BaseException] = []
+
+    def wrapped():
+        try:
+            target()
+        except BaseException as exc:  # pragma: no cover - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrapped) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+# --------------------------------------------------------------------------- Usage
+
+
+def test_usage_is_thread_safe():
+    usage = Usage()
+
+    def work():
+        for _ in range(2000):
+            usage.record(3, 2, 1, cache_write_tokens=1)
+
+    run_threads(8, work)
+    assert usage.snapshot() == {
+        "prompt_tokens": 48_000,
+        "completion_tokens": 32_000,
+        "cached_tokens": 16_000,
+        "cache_write_tokens": 16_000,
+        "calls": 16_000,
+        "total_tokens": 80_000,
+    }
+
+
+def test_usage_snapshots_are_consistent_under_concurrent_writes():
+    usage = Usage()
+    stop = threading.Event()
+    bad: list[dict] = []
+
+    def writer():
+        while not stop.is_set():
+            usage.record(1, 1, 1)
+
+    def reader():
+        for _ in range(2000):
+            s = usage.snapshot()
+            if not (s["prompt_tokens"] == s["completion_tokens"] == s["cached_tokens"] == s["calls"]):
+                bad.append(s)
+
+    writers = [threading.Thread(target=writer) for _ in range(3)]
+    for w in writers:
+        w.start()
+    try:
+        run_threads(2, reader)
+    finally:
+        stop.set()
+        for w in writers:
+            w.join()
+    assert bad == []
+
+
+def test_usage_rejects_negative_counts_and_adds_meters():
+    usage = Usage()
+    with pytest.raises(ValueError, match="negative"):
+        usage.record(-1)
+    other = Usage()
+    other.record(10, 5, 4, cache_write_tokens=2)
+    usage.add(other)
+    assert usage.snapshot()["cache_write_tokens"] == 2 and usage.total_tokens == 15
+
+
+def test_estimate_tokens_is_ceil_chars_over_four():
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("abc") == 1
+    assert estimate_tokens("abcd") == 1
+    assert estimate_tokens("abcde") == 2
+
+
+# --------------------------------------------------------------------------- FakeProvider
+
+
+def test_fake_provider_records_requests_and_meters_with_the_estimate():
+    fake = FakeProvider(lambda messages, **options: "Paris")
+    assert isinstance(fake, Provider)
+    messages = [{"role": "system", "content": "12345678"}, {"role": "user", "content": "abcd"}]
+    reply = fake.complete(messages, temperature=0.0, max_tokens=None)
+    messages[1]["content"] = "mutated later"
+
+    assert reply.text == "Paris"
+    assert fake.requests == [
+        {
+            "messages": [{"role": "system", "content": "12345678"}, {"role": "user", "content": "abcd"}],
+            "options": {"temperature": 0.0},
+        }
+    ]
+    assert reply.usage.snapshot()["prompt_tokens"] == estimate_tokens("12345678\n\nabcd") == 4
+    assert reply.usage.completion_tokens == 2
+    assert fake.usage.calls == 1 and fake.calls == 1
+
+
+def test_fake_provider_handler_sees_options_and_can_return_a_completion():
+    exact = Usage()
+    exact.record(1000, 10, 900)
+    seen = []
+
+    def handler(messages, **options):
+        seen.append(options)
+        return Completion("cached!", exact)
+
+    fake = FakeProvider(handler)
+    fake.complete([{"role": "user", "content": "q"}], model="m", tools=[{"x": 1}])
+    assert seen == [{"model": "m", "tools": [{"x": 1}]}]
+    assert fake.usage.cached_tokens == 900 and fake.usage.prompt_tokens == 1000
+
+
+def test_fake_provider_validates_like_a_real_provider():
+    fake = FakeProvider(lambda messages, **options: 42)
+    with pytest.raises(TypeError, match="'top_p'"):
+        fake.complete([{"role": "user", "content": "q"}], top_p=0.9)
+    with pytest.raises(TypeError, match="returned a int"):
+        fake.complete([{"role": "user", "content": "q"}])
+    with pytest.raises(TypeError, match="callable"):
+        FakeProvider("reply")
+
+
+def test_fake_provider_handler_errors_propagate():
+    def down(messages, **options):
+        raise ProviderUnavailableError("simulated outage")
+
+    fake = FakeProvider(down)
+    with pytest.raises(ProviderUnavailableError, match="simulated outage"):
+        fake.complete([{"role": "user", "content": "q"}])
+    assert fake.calls == 1  # the attempt is still recorded
+
+
+def test_fake_provider_is_thread_safe():
+    fake = FakeProvider(lambda messages, **options: messages[-1]["content"].upper())
+
+    def work():
+        for i in range(200):
+            assert fake.complete([{"role": "user", "content": f"q{i}"}]).text == f"Q{i}"
+
+    run_threads(8, work)
+    assert fake.calls == 1600 and fake.usage.calls == 1600
+
+
+# --------------------------------------------------------------------------- LLMAgent
+
+
+def test_llm_agent_solve_sends_artifact_as_system_and_task_as_user():
+    fake = FakeProvider(lambda messages, **options: "Paris")
+    agent = LLMAgent(fake, model="small", max_tokens=32, temperature=0.0)
+    assert isinstance(agent, Agent)
+
+    assert agent.solve(PLAYBOOK, TASK) == "Paris"
+    request = fake.requests[0]
+    assert request["messages"] == [
+        {"role": "system", "content": PLAYBOOK},
+        {"role": "user", "content": TASK.prompt},
+    ]
+    assert request["options"] == {"model": "small", "max_tokens": 32, "temperature": 0.0}
+
+    agent.solve("   ", TASK)  # an empty artifact sends no system message
+    assert fake.requests[1]["messages"] == [{"role": "user", "content": TASK.prompt}]
+
+
+def test_llm_agent_propose_returns_one_rule():
+    fake = FakeProvider(lambda messages, **options: "  - Rule: Answer with the city name only.\n")
+    agent = LLMAgent(fake)
+    rule = agent.propose(PLAYBOOK, TASK, "It is Paris, a lovely city.", 0.0)
+    assert rule == "Answer with the city name only."
+    [message] = fake.requests[0]["messages"]
+    assert message["role"] == "user"
+    for part in (PLAYBOOK, TASK.prompt, "It is Paris, a lovely city.", "0.00", "NONE"):
+        assert part in message["content"]
+
+
+@pytest.mark.parametrize(
+    "reply", ["NONE", "none", "None.", "**NONE**", "`NONE`", "  NONE!  ", "NONE\nThe answer was fine."]
+)
+def test_llm_agent_none_reply_means_no_change(reply):
+    agent = LLMAgent(FakeProvider(lambda messages, **options: reply))
+    assert agent.propose(PLAYBOOK, TASK, "Paris", 0.5) is None
+    assert agent.declined == 1 and agent.empty_replies == 0
+
+
+def test_llm_agent_does_not_mistake_a_rule_starting_with_none_for_none():
+    agent = LLMAgent(FakeProvider(lambda messages, **options: "None of the answers may exceed one word."))
+    assert agent.propose(PLAYBOOK, TASK, "Paris", 0.0) == "None of the answers may exceed one word."
+
+
+def test_llm_agent_empty_reply_warning_cadence(caplog):
+    caplog.set_level(logging.WARNING, logger="agentdescent.agents")
+    agent = LLMAgent(FakeProvider(lambda messages, **options: "   "))
+
+    def work():
+        for _ in range(30):
+            assert agent.propose(PLAYBOOK, TASK, "Paris", 0.0) is None
+
+    run_threads(4, work)  # 120 empty replies from several workers at once
+    warnings = [r for r in caplog.records if r.name == "agentdescent.agents"]
+    assert agent.empty_replies == 120
+    assert len(warnings) == 3  # the 1st, 10th and 100th
+    assert [w.args[0] for w in warnings] == [1, 10, 100]
+    assert all(w.levelno == logging.WARNING and "max_tokens" in w.getMessage() for w in warnings)
+
+
+def test_empty_reply_counters_are_per_agent(caplog):
+    caplog.set_level(logging.WARNING, logger="agentdescent.agents")
+    fake = FakeProvider(lambda messages, **options: "")
+    a, b = LLMAgent(fake), LLMAgent(fake)
+    a.propose(PLAYBOOK, TASK, "x", 0.0)
+    b.propose(PLAYBOOK, TASK, "x", 0.0)
+    assert a.empty_replies == b.empty_replies == 1
+    assert len(caplog.records) == 2  # each agent's first empty reply is worth a warning
+
+
+def test_llm_agent_custom_templates():
+    fake = FakeProvider(lambda messages, **options: "ok")
+    agent = LLMAgent(
+        fake,
+        solve_template="[{task_id}] {prompt}",
+        propose_template="Q: {prompt}\nA: {output}\nscore {reward:.1f}; rule or NONE? {{literal}}",
+    )
+    agent.solve(PLAYBOOK, TASK)
+    agent.propose(PLAYBOOK, TASK, "Lyon", 0.25)
+    assert fake.requests[0]["messages"][-1]["content"] == f"[t1] {TASK.prompt}"
+    assert fake.requests[1]["messages"][0]["content"] == (
+        f"Q: {TASK.prompt}\nA: Lyon\nscore 0.2; rule or NONE? {{literal}}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"solve_template": "Answer: {question}"}, r"unknown field \{question\}"),
+        ({"solve_template": "no fields at all"}, r"no \{prompt\} field"),
+        ({"propose_template": "{prompt} {artifact}"}, r"no \{output\} field"),
+        ({"propose_template": "{prompt} {output} {}"}, "positional field"),
+        ({"propose_template": "{prompt} {output} {reward:zz}"}, "does not format"),
+        ({"solve_template": "{prompt"}, "not a valid str.format template"),
+    ],
+)
+def test_llm_agent_validates_templates_at_construction(kwargs, match):
+    fake = FakeProvider(lambda messages, **options: "ok")
+    with pytest.raises(ValueError, match=match):
+        LLMAgent(fake, **kwargs)
+    assert fake.calls == 0
+
+
+def test_llm_agent_rejects_non_providers():
+    with pytest.raises(TypeError, match="from_callable"):
+        LLMAgent(lambda prompt: "x")
+    with pytest.raises(TypeError, match="str.format template"):
+        LLMAgent(FakeProvider(lambda m, **o: "x"), solve_template=3)
+
+
+def test_default_propose_template_fields_are_valid():
+    assert "{output}" in DEFAULT_PROPOSE_TEMPLATE and "{prompt}" in DEFAULT_PROPOSE_TEMPLATE
+
+
+# --------------------------------------------------------------------------- usage flow
+
+
+def test_agent_meter_is_the_providers_and_is_not_double_counted():
+    fake = FakeProvider(lambda messages, **options: "Paris")
+    agent = LLMAgent(fake)
+    assert agent.usage is fake.usage
+    agent.solve(PLAYBOOK, TASK)
+    agent.propose(PLAYBOOK, TASK, "Paris", 0.0)
+    assert agent.usage.calls == 2
+
+
+def test_given_usage_records_every_call_separately():
+    run_meter = Usage()
+    fake = FakeProvider(lambda messages, **options: "Paris")
+    agent = LLMAgent(fake, usage=run_meter)
+    agent.solve(PLAYBOOK, TASK)
+    agent.propose(PLAYBOOK, TASK, "Paris", 0.0)
+    assert agent.usage is run_meter
+    assert run_meter.snapshot() == fake.usage.snapshot()
+    assert run_meter.calls == 2 and run_meter.total_tokens > 0
+
+
+def test_provider_without_a_meter_is_estimated():
+    class Tiny:
+        def complete(self, messages, **options):
+            return Completion("Paris")  # reports no usage
+
+    agent = LLMAgent(Tiny())
+    agent.solve("", TASK)
+    assert agent.usage.calls == 1
+    assert agent.usage.prompt_tokens == estimate_tokens(TASK.prompt)
+    assert agent.usage.completion_tokens == estimate_tokens("Paris")
+
+
+def test_llm_agent_over_from_callable():
+    provider = from_callable(lambda prompt: "NONE" if "Score" in prompt else "Paris")
+    agent = LLMAgent(provider)
+    assert agent.solve(PLAYBOOK, TASK) == "Paris"
+    assert agent.propose(PLAYBOOK, TASK, "Paris", 1.0) is None
+    assert agent.usage is provider.usage and agent.usage.calls == 2
+
+
+def test_llm_agent_over_a_real_server():
+    with LLMServer() as server:
+        provider = openai_compatible(
+            "test-model", base_url=server.openai_base_url, api_key="sk-local-test", max_retries=0
+        )
+        agent = LLMAgent(provider, max_tokens=64, temperature=0.0)
+        server.push(openai_body("Paris", prompt_tokens=40, completion_tokens=1, cached_tokens=32))
+        server.push(openai_body("Name the capital city only.", prompt_tokens=200, completion_tokens=7))
+
+        assert agent.solve(PLAYBOOK, TASK) == "Paris"
+        assert agent.propose(PLAYBOOK, TASK, "It might be Paris", 0.0) == "Name the capital city only."
+
+        solve_body, propose_body = (r.body for r in server.requests)
+        assert solve_body["messages"][0] == {"role": "system", "content": PLAYBOOK}
+        assert solve_body["messages"][1] == {"role": "user", "content": TASK.prompt}
+        assert solve_body["max_tokens"] == 64 and solve_body["temperature"] == 0.0
+        assert "It might be Paris" in propose_body["messages"][0]["content"]
+        assert agent.usage.snapshot() == {
+            "prompt_tokens": 240,
+            "completion_tokens": 8,
+            "cached_tokens": 32,
+            "cache_write_tokens": 0,
+            "calls": 2,
+            "total_tokens": 248,
+        }
