@@ -55,8 +55,8 @@ class BetaPosterior:
     @classmethod
     def from_scores(cls, scores: Sequence[float], prior: float = 1.0) -> BetaPosterior:
         """Posterior from per-task rewards in [0, 1]."""
-        clipped = [min(1.0, max(0.0, float(s))) for s in scores]
-        total = sum(clipped)
+        clipped = np.clip(np.asarray(scores, dtype=float), 0.0, 1.0)
+        total = float(clipped.sum())
         return cls(successes=total, failures=len(clipped) - total, prior=prior)
 
     @property
@@ -88,9 +88,11 @@ class BetaPosterior:
         x = (np.arange(_GRID) + 0.5) / _GRID
         px = self._density(x)
         py = other._density(x)
-        below = np.cumsum(py) - py  # mass of Y strictly below each cell
-        value = float(np.sum(px * (below + 0.5 * py)))
-        return min(1.0, max(0.0, value))
+        below_y = np.cumsum(py) - py  # mass of Y strictly below each cell
+        below_x = np.cumsum(px) - px
+        # P(X>Y) - P(Y>X), ties split evenly: exactly antisymmetric, so equal posteriors give 0.5
+        diff = float(np.dot(px, below_y) - np.dot(py, below_x))
+        return min(1.0, max(0.0, 0.5 + 0.5 * diff))
 
 
 def delta_for_version(version: int, base_delta: float = 0.5) -> float:
@@ -99,7 +101,7 @@ def delta_for_version(version: int, base_delta: float = 0.5) -> float:
     The head gets harder to move as it matures: a young artifact accepts any
     candidate slightly more likely better than not, a mature one needs strong evidence.
     """
-    if version < 0:
+    if version < 1:
         raise ValueError(f"version={version!r}: versions start at 1")
     return max(0.01, base_delta * 0.5 ** (version / 64))
 
@@ -191,11 +193,11 @@ def decide_acceptance(
             cand = BetaPosterior(cand.successes, cand.failures + w)
     p = cand.prob_greater(head)
     required = required_probability(version, base_delta)
-    regressions = sum(
-        1 for c, h in zip(candidate_scores, head_scores) if h >= pass_mark and c < pass_mark
-    )
-    c_mean = float(np.mean(candidate_scores))
-    h_mean = float(np.mean(head_scores))
+    cand_arr = np.asarray(candidate_scores, dtype=float)
+    head_arr = np.asarray(head_scores, dtype=float)
+    regressions = int(np.count_nonzero((head_arr >= pass_mark) & (cand_arr < pass_mark)))
+    c_mean = float(cand_arr.mean())
+    h_mean = float(head_arr.mean())
     if max_regressions is not None and regressions > max_regressions:
         return AcceptanceDecision(
             False, p, required, regressions, c_mean, h_mean,

@@ -128,6 +128,14 @@ class _Prepared:
 
 
 @dataclass
+class _Intake:
+    """What one decision will book once it has ended (see ``Aggregator._settle``)."""
+
+    etas: list[int] = field(default_factory=list)
+    pooled: list[EvidenceCard] = field(default_factory=list)
+
+
+@dataclass
 class _Measurement:
     candidate_scores: list[float]
     head_scores: list[float]
@@ -176,6 +184,7 @@ class Aggregator:
             maxlen=self.config.evidence_pool_size
         )
         self.eta_histogram: collections.Counter[int] = collections.Counter()
+        self._blast: dict[str, float] = {}
         self.counters: collections.Counter[str] = collections.Counter()
 
     # ------------------------------------------------------------------ intake
@@ -188,7 +197,7 @@ class Aggregator:
             LedgerError: the card targets an artifact the ledger does not know.
         """
         target = card.diff.target
-        info = ArtifactInfo(target, self.ledger.blast_radius(target))
+        info = ArtifactInfo(target, self._blast_radius(target))
         if classify(info) is Layer.L0_FROZEN:
             raise GovernanceError(
                 f"artifact {target!r} is frozen (L0): it can never be evolved; "
@@ -204,8 +213,14 @@ class Aggregator:
         The one place alpha is chosen (from :func:`~agentdescent.governance.classify`);
         the engines' admission pacing asks here too.
         """
-        layer = classify(ArtifactInfo(artifact_id, self.ledger.blast_radius(artifact_id)))
+        layer = classify(ArtifactInfo(artifact_id, self._blast_radius(artifact_id)))
         return self.config.alpha_head if layer is Layer.L1_SLOW else self.config.alpha_tail
+
+    def _blast_radius(self, artifact_id: str) -> float:
+        # fixed at registration, so one ledger read per artifact is enough
+        if artifact_id not in self._blast:
+            self._blast[artifact_id] = float(self.ledger.blast_radius(artifact_id))
+        return self._blast[artifact_id]
 
     def pending(self) -> int:
         """Cards waiting for the next step."""
@@ -250,26 +265,40 @@ class Aggregator:
         return reports
 
     def _merge(self, artifact_id: str, cards: list[EvidenceCard]) -> MergeReport:
-        prepared = self._prepare(artifact_id, cards)
+        intake = _Intake()
+        prepared = self._prepare(artifact_id, cards, intake)
         if isinstance(prepared, MergeReport):
-            self.counters[prepared.outcome.value] += 1
+            self._settle(intake, prepared)
             logger.debug("merge %s: %s (%s)", artifact_id, prepared.outcome.value, prepared.reason)
             return prepared
         measurement = self._measure(prepared)
         report = self._decide(prepared, measurement)
-        self.counters[report.outcome.value] += 1
+        self._settle(intake, report)
         logger.info(
             "merge %s: %s (%s)", artifact_id, report.outcome.value, report.reason
         )
         return report
 
+    def _settle(self, intake: _Intake, report: MergeReport) -> None:
+        """Book a finished decision: counters, the eta histogram, the evidence pool.
+
+        Done only once the decision has ended, so a step that fails and is retried never
+        pools or counts a card twice.
+        """
+        self.counters[report.outcome.value] += 1
+        self.counters["discarded_stale"] += report.discarded_stale
+        self.eta_histogram.update(intake.etas)
+        self.evidence_pool.extend(intake.pooled)
+
     # ------------------------------------------------------------------ prepare
 
-    def _prepare(self, artifact_id: str, cards: list[EvidenceCard]) -> _Prepared | MergeReport:
+    def _prepare(
+        self, artifact_id: str, cards: list[EvidenceCard], intake: _Intake
+    ) -> _Prepared | MergeReport:
         """Trust region, staleness, conflicts and fusion: everything before the held-out spend."""
         cfg = self.config
         version, head_state = self.ledger.head(artifact_id)
-        blast = self.ledger.blast_radius(artifact_id)
+        blast = self._blast_radius(artifact_id)
         layer = classify(ArtifactInfo(artifact_id, blast))
         alpha = self.alpha_for(artifact_id)
         considered = len(cards)
@@ -309,11 +338,11 @@ class Aggregator:
         already = 0
         for card in in_region:
             eta = vv_staleness(head_versions, card.base_version)
-            self.eta_histogram[eta] += 1
+            intake.etas.append(eta)
             action = self.staleness_policy.decide(eta, alpha, card.diff.contract_breaking)
             if action is StaleAction.DISCARD:
                 discarded += 1
-                self.evidence_pool.append(card)
+                intake.pooled.append(card)
                 continue
             if card.diff.is_noop(head_state):
                 already += 1
@@ -323,10 +352,9 @@ class Aggregator:
                 if not self._still_helps(artifact_id, head_state, card, cheap_with, cheap_head):
                     discarded += 1
                     self.counters["rebase_rejected"] += 1
-                    self.evidence_pool.append(card)
+                    intake.pooled.append(card)
                     continue
             survivors.append(card)
-        self.counters["discarded_stale"] += discarded
         if not survivors:
             return MergeReport(
                 artifact_id, MergeOutcome.ALL_STALE, considered=considered,
@@ -492,7 +520,17 @@ class Aggregator:
                     "CAS lost on %s at v%d (attempt %d); re-applying to the fresh head",
                     prepared.artifact_id, base_version, attempt + 1,
                 )
-                base_version, base_state = self.ledger.head(prepared.artifact_id)
+                fresh_version, fresh_state = self.ledger.head(prepared.artifact_id)
+                touched = [
+                    k for k in prepared.candidate.ops
+                    if fresh_state.get(k) != base_state.get(k)
+                ]
+                if touched:
+                    # The winner wrote a key this diff writes too: re-applying would
+                    # overwrite its value unmeasured. Never overwrite the winner.
+                    logger.info("CAS winner on %s changed %s; giving up", prepared.artifact_id, touched)
+                    return None
+                base_version, base_state = fresh_version, fresh_state
                 continue
             if base_version == prepared.head_version:
                 self._head_scores[(prepared.artifact_id, version)] = measurement.candidate_scores

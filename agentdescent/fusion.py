@@ -12,15 +12,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from .strategies import same_value
 from .types import Diff, EvidenceCard, stable_hash
 
 __all__ = ["contradicts", "rank_cards", "resolve_conflicts", "union_diff"]
 
 
 def contradicts(a: Diff, b: Diff) -> bool:
-    """True when the two diffs write at least one common key with different values."""
+    """True when the two diffs write at least one common key with different values.
+
+    Values under a content-addressed rule key that differ only in case are the same rule
+    (:func:`agentdescent.strategies.same_value`), not a contradiction.
+    """
     small, large = (a.ops, b.ops) if len(a.ops) <= len(b.ops) else (b.ops, a.ops)
-    return any(k in large and large[k] != v for k, v in small.items())
+    return any(k in large and not same_value(k, large[k], v) for k, v in small.items())
 
 
 def _delta_key(card: EvidenceCard) -> float:
@@ -70,15 +75,21 @@ def resolve_conflicts(
 
     survivors: list[EvidenceCard] = []
     dropped: list[EvidenceCard] = []
+    writers: dict[str, list[EvidenceCard]] = {}  # key -> survivors writing it
     for card in cards:
-        rivals = [s for s in survivors if contradicts(s.diff, card.diff)]
-        if not rivals:
-            survivors.append(card)
-        elif all(key(card) > key(r) for r in rivals):
-            survivors = [s for s in survivors if s not in rivals] + [card]
-            dropped.extend(rivals)
-        else:
+        candidates = {id(s): s for k in card.diff.ops for s in writers.get(k, ())}
+        rivals = [s for s in candidates.values() if contradicts(s.diff, card.diff)]
+        if rivals and not all(key(card) > key(r) for r in rivals):
             dropped.append(card)
+            continue
+        for r in rivals:
+            survivors = [s for s in survivors if s is not r]
+            dropped.append(r)
+            for k in r.diff.ops:
+                writers[k] = [s for s in writers[k] if s is not r]
+        survivors.append(card)
+        for k in card.diff.ops:
+            writers.setdefault(k, []).append(card)
     order = {id(c): i for i, c in enumerate(cards)}
     survivors.sort(key=lambda c: order[id(c)])
     dropped.sort(key=lambda c: order[id(c)])
@@ -98,7 +109,7 @@ def union_diff(diffs: Sequence[Diff], target: str) -> Diff:
     ops: dict[str, str | None] = {}
     for d in diffs:
         for k, v in d.ops.items():
-            if k in ops and ops[k] != v:
+            if k in ops and not same_value(k, ops[k], v):
                 raise ValueError(
                     f"cannot fuse: diffs write key {k!r} with different values; "
                     "run resolve_conflicts() first"

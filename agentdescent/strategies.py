@@ -14,7 +14,11 @@ from typing import Protocol, runtime_checkable
 
 from .types import Diff, stable_hash
 
-__all__ = ["AppendRules", "KeyedRules", "SingleSlot", "Strategy"]
+__all__ = ["AppendRules", "KeyedRules", "SingleSlot", "Strategy", "same_value"]
+
+#: Prefix of content-addressed rule keys: the key is derived from the rule's text, so two
+#: values under such a key are the same rule whatever their case.
+RULE_KEY_PREFIX = "rule-"
 
 
 @runtime_checkable
@@ -53,7 +57,24 @@ def _clean(text: str) -> str:
 
 def _rule_key(text: str) -> str:
     """Content address of a rule: the same text in any case or outer spacing, the same key."""
-    return f"rule-{stable_hash(_clean(text).lower()):016x}"
+    return f"{RULE_KEY_PREFIX}{stable_hash(_clean(text).lower()):016x}"
+
+
+def same_value(key: str, a: str | None, b: str | None) -> bool:
+    """Do two writes of ``key`` agree?
+
+    Equal values agree; under a content-addressed rule key, values that differ only in
+    case are the same rule (the key already says so) and agree too. Fusion calls this
+    to decide what is a contradiction.
+    """
+    if a == b:
+        return True
+    return (
+        key.startswith(RULE_KEY_PREFIX)
+        and isinstance(a, str)
+        and isinstance(b, str)
+        and a.casefold() == b.casefold()
+    )
 
 
 def _diff_id(target: str, author: str, base_version: int, ops: Mapping[str, str | None]) -> str:
@@ -164,6 +185,8 @@ class KeyedRules:
             key, value = self.slot_key(category), rest.strip()
         else:
             key, value = _rule_key(text), text
+            if key in state:
+                return None
         if state.get(key) == value:
             return None
         ops: dict[str, str | None] = {key: value}

@@ -430,8 +430,9 @@ def render_markdown(report: ABReport) -> str:
         lines.append(f"TOO FEW TO COMPARE: {summary['reason']}.")
     else:
         q = summary["quality_delta"]
-        lines.append(f"Test quality, on - off per pair: min {q['min']:+.3f}, median {q['median']:+.3f}, "
-                     f"max {q['max']:+.3f} -> {verdict}.")
+        qmin, qmed, qmax = (round(q[k], 3) + 0.0 for k in ("min", "median", "max"))
+        lines.append(f"Test quality, on - off per pair: min {qmin:+.3f}, median {qmed:+.3f}, "
+                     f"max {qmax:+.3f} -> {verdict}.")
         saving = summary["self_verify_saving"]
         sv = summary["self_verify_tokens"]
         lines.append(f"Self-verify tokens: on {sv['on']} vs off {sv['off']}"

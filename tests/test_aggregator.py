@@ -1,0 +1,897 @@
+"""The merge pipeline of SPEC §5, end to end through ``Aggregator.step()``.
+
+The evaluator is a deterministic table: every state value names the tasks it solves
+and the tasks it breaks (``"e:<solves>:<breaks>:<nonce>"``, comma-separated task ids;
+breaks win over solves). Held-out tasks are ``h0..h9``, the cheap subset ``c0..c3``,
+and every state solves ``h0, h1, c0`` to begin with. So a test reads as a story:
+"this diff solves three held-out tasks and one cheap task", "that one breaks c0".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from agentdescent import (
+    Diff,
+    EvidenceCard,
+    GovernanceError,
+    LedgerError,
+    MergeOutcome,
+    MergeReport,
+    get_policy,
+)
+from agentdescent.aggregator import Aggregator, AggregatorConfig, Evaluator
+from agentdescent.allocator import AllocateDecision, AllocatorContext, AllocatorPolicy
+from agentdescent.ledger import MemoryLedger, SqliteLedger
+
+HELD_OUT = [f"h{i}" for i in range(10)]
+CHEAP = [f"c{i}" for i in range(4)]
+BASE_SOLVED = frozenset({"h0", "h1", "c0"})
+ART = "art"
+
+
+def effect(solves: str = "", breaks: str = "", nonce: str = "") -> str:
+    """A state value the evaluator understands."""
+    return f"e:{solves}:{breaks}:{nonce}"
+
+
+def _tasks(text: str) -> set[str]:
+    return {t for t in text.split(",") if t}
+
+
+class TableEvaluator:
+    """Scores a state from the effects its values name. Deterministic and counted."""
+
+    def __init__(self) -> None:
+        self.held_out_calls = 0
+        self.cheap_calls = 0
+        self.fail_held_out = False
+        self.fail_cheap = False
+
+    @staticmethod
+    def solved(state: Mapping[str, str]) -> set[str]:
+        solves, breaks = set(BASE_SOLVED), set()
+        for value in state.values():
+            if value.startswith("e:"):
+                _, s, b, _ = value.split(":", 3)
+                solves |= _tasks(s)
+                breaks |= _tasks(b)
+        return solves - breaks
+
+    def held_out(self, artifact_id: str, state: Mapping[str, str]) -> Sequence[float]:
+        self.held_out_calls += 1
+        if self.fail_held_out:
+            raise RuntimeError("held-out evaluator is down")
+        solved = self.solved(state)
+        return [1.0 if t in solved else 0.0 for t in HELD_OUT]
+
+    def cheap(self, artifact_id: str, state: Mapping[str, str]) -> float:
+        self.cheap_calls += 1
+        if self.fail_cheap:
+            raise RuntimeError("cheap evaluator is down")
+        solved = self.solved(state)
+        return sum(t in solved for t in CHEAP) / len(CHEAP)
+
+
+class RecordingAllocator:
+    """An allocator that records every ``observe(ctx, committed)`` call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[AllocatorContext, bool]] = []
+
+    def decide(self, ctx: AllocatorContext) -> AllocateDecision:
+        return AllocateDecision()
+
+    def observe(self, ctx: AllocatorContext, committed: bool) -> None:
+        self.calls.append((ctx, committed))
+
+
+class RivalLedger:
+    """Wraps a ledger; while ``rivals > 0`` each commit first lets a rival commit land.
+
+    The rival adds its own key on top of the current head, so the aggregator's commit
+    (built on the old head) loses the compare-and-swap and must re-apply its diff.
+    """
+
+    def __init__(self, inner: Any, rivals: int = 0) -> None:
+        self.inner = inner
+        self.rivals = rivals
+        self.rival_keys: list[str] = []
+        self.attempts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def commit(self, artifact_id, new_state, base_version, *, meta=None):
+        self.attempts += 1
+        if self.rivals > 0:
+            self.rivals -= 1
+            version, state = self.inner.head(artifact_id)
+            key = f"rival-{len(self.rival_keys)}"
+            self.rival_keys.append(key)
+            self.inner.commit(artifact_id, {**state, key: "rival"}, version, meta={"author": "rival"})
+        return self.inner.commit(artifact_id, new_state, base_version, meta=meta)
+
+
+_ids = itertools.count()
+
+
+def card(
+    ops: Mapping[str, str | None],
+    *,
+    base: int | Mapping[str, int] = 1,
+    delta: float | None = 0.1,
+    advantage: float | None = 0.0,
+    target: str = ART,
+    breaking: bool = False,
+) -> EvidenceCard:
+    base_version = dict(base) if isinstance(base, Mapping) else {target: base}
+    diff = Diff(f"d{next(_ids)}", target, dict(ops), contract_breaking=breaking, author="w")
+    return EvidenceCard(diff, base_version, delta, advantage)
+
+
+def make(
+    *,
+    blast: float = 0.2,
+    config: AggregatorConfig | None = None,
+    ledger: Any = None,
+    policy: str | None = None,
+    artifacts: Mapping[str, float] | None = None,
+    **kwargs: Any,
+) -> tuple[Any, Aggregator, TableEvaluator, RecordingAllocator]:
+    ledger = ledger if ledger is not None else MemoryLedger()
+    for aid, radius in (artifacts or {ART: blast}).items():
+        ledger.register(aid, {}, radius)
+    evaluator = TableEvaluator()
+    allocator = RecordingAllocator()
+    agg = Aggregator(
+        ledger,
+        evaluator,
+        config,
+        get_policy(policy) if policy else None,
+        allocator,
+        **kwargs,
+    )
+    return ledger, agg, evaluator, allocator
+
+
+def step_one(agg: Aggregator, *cards: EvidenceCard) -> MergeReport:
+    for c in cards:
+        agg.ingest(c)
+    reports = agg.step()
+    assert len(reports) == 1
+    return reports[0]
+
+
+GOOD_A = effect("h2,h3,h4,c1", nonce="A")
+GOOD_B = effect("h5,h6,h7,c2", nonce="B")
+NEUTRAL = effect(nonce="neutral")
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def any_ledger(request, tmp_path):
+    if request.param == "memory":
+        yield MemoryLedger()
+    else:
+        ledger = SqliteLedger(tmp_path / "ledger.sqlite")
+        yield ledger
+        ledger.close()
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_fakes_satisfy_the_protocols():
+    assert isinstance(TableEvaluator(), Evaluator)
+    assert isinstance(RecordingAllocator(), AllocatorPolicy)
+
+
+def test_default_config_matches_the_issue():
+    cfg = AggregatorConfig()
+    assert (cfg.base_delta, cfg.alpha_head, cfg.alpha_tail) == (0.5, 5, 1)
+    assert (cfg.trust_region_ops, cfg.trust_region_chars, cfg.cas_attempts) == (6, 32000, 3)
+    assert cfg.fusion_tournament is False
+    _, agg, _, _ = make()
+    assert agg.staleness_policy.name == "guarded"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"base_delta": 0.0}, {"base_delta": 0.7}, {"alpha_head": -1}, {"cas_attempts": 0},
+     {"trust_region_ops": 0}, {"max_regressions": -1}],
+)
+def test_bad_config_is_refused_naming_the_knob(kwargs):
+    (name,) = kwargs
+    with pytest.raises(ValueError, match=name):
+        AggregatorConfig(**kwargs)
+
+
+def test_step_without_cards_reports_nothing():
+    _, agg, _, alloc = make()
+    assert agg.step() == []
+    assert alloc.calls == []
+
+
+# --------------------------------------------------------------------------- fusion
+
+
+def test_complementary_diffs_fuse_and_commit_together(any_ledger):
+    ledger, agg, _, alloc = make(ledger=any_ledger)
+    a = card({"ka": GOOD_A})
+    b = card({"kb": GOOD_B})
+    report = step_one(agg, a, b)
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.fused
+    assert report.considered == 2
+    assert report.conflicts_dropped == 0
+    assert report.committed_version == 2
+    assert report.accepted is not None and report.accepted.ops == {"ka": GOOD_A, "kb": GOOD_B}
+    assert report.p_improve is not None and report.p_improve > 0.99
+    history = ledger.history(ART)
+    assert [e.version for e in history] == [1, 2]  # one commit for both diffs
+    assert history[-1].state == {"ka": GOOD_A, "kb": GOOD_B}
+    assert history[-1].meta["fused"] is True
+    assert history[-1].meta["contributors"] == [a.diff.diff_id, b.diff.diff_id]
+    assert [committed for _, committed in alloc.calls] == [True]
+
+
+def test_contradiction_keeps_the_better_on_the_cheap_score():
+    ledger, agg, _, alloc = make()
+    weak = card({"slot": effect("h2", nonce="weak")})  # no cheap gain, arrives first
+    strong = card({"slot": GOOD_A})
+    other = card({"kb": GOOD_B})
+    report = step_one(agg, weak, strong, other)
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.conflicts_dropped == 1
+    assert report.fused
+    _, state = ledger.head(ART)
+    assert state == {"slot": GOOD_A, "kb": GOOD_B}
+
+
+def test_contradicting_pair_alone_commits_the_better_single():
+    ledger, agg, _, _ = make()
+    report = step_one(agg, card({"slot": GOOD_A}), card({"slot": effect("h2", nonce="weak")}))
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert not report.fused
+    assert report.conflicts_dropped == 1
+    assert ledger.head(ART)[1] == {"slot": GOOD_A}
+
+
+def test_harmful_diff_fused_with_a_helpful_one_is_left_out():
+    # X cancels A's cheap gain (A solves c1, X breaks c0): the union ties the head on
+    # the cheap score, so the singles are ranked and A goes forward alone.
+    harmful = effect("", "c0,h0", nonce="X")
+    ledger, agg, _, alloc = make()
+    helpful_card = card({"ka": GOOD_A}, delta=0.1)
+    harmful_card = card({"kx": harmful}, delta=0.5)  # even with the better self-verify claim
+    report = step_one(agg, harmful_card, helpful_card)
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert not report.fused
+    assert report.accepted == helpful_card.diff
+    _, state = ledger.head(ART)
+    assert state == {"ka": GOOD_A}
+    assert "kx" not in state
+    assert all("kx" not in e.state for e in ledger.history(ART))
+    assert agg.counters["tournaments_on_demand"] == 1
+    assert "best single" in report.reason
+    # feedback is attributed to the single that was measured
+    assert [(ctx.advantage, c) for ctx, c in alloc.calls] == [(helpful_card.advantage, True)]
+
+
+def test_union_that_beats_the_head_goes_forward_without_a_tournament():
+    _, agg, _, _ = make()
+    report = step_one(agg, card({"ka": GOOD_A}), card({"kb": GOOD_B}))
+    assert report.fused
+    assert agg.counters["tournaments"] == 0
+    assert agg.counters["tournaments_on_demand"] == 0
+
+
+def test_tournament_gate_closed_means_no_tournament():
+    cfg = AggregatorConfig(fusion_tournament=True)
+    _, agg, _, _ = make(config=cfg, tournament_gate=lambda: False)
+    report = step_one(agg, card({"ka": GOOD_A}), card({"kb": GOOD_B}))
+    assert report.fused
+    assert agg.counters["tournaments"] == 0
+
+
+# --------------------------------------------------------------------------- unmeasured ends
+
+
+def test_oversized_by_ops_is_reported_and_not_observed():
+    ledger, agg, ev, alloc = make()
+    big = card({f"k{i}": NEUTRAL for i in range(7)})
+    report = step_one(agg, big)
+    assert report.outcome is MergeOutcome.OVERSIZED
+    assert report.considered == 1
+    assert report.accepted is None and report.p_improve is None
+    assert "6 ops" in report.reason
+    assert alloc.calls == []
+    assert ev.held_out_calls == 0
+    assert ledger.head(ART)[0] == 1
+
+
+def test_oversized_by_chars_is_reported_and_not_observed():
+    cfg = AggregatorConfig(trust_region_chars=100)
+    _, agg, _, alloc = make(config=cfg)
+    report = step_one(agg, card({"k": effect("h2", nonce="x" * 100)}))
+    assert report.outcome is MergeOutcome.OVERSIZED
+    assert alloc.calls == []
+
+
+def test_at_the_trust_region_limit_is_not_oversized():
+    _, agg, _, _ = make()
+    ops = {"ka": GOOD_A} | {f"n{i}": NEUTRAL for i in range(5)}
+    report = step_one(agg, card(ops))
+    assert report.outcome is MergeOutcome.COMMITTED
+
+
+def test_oversized_card_beside_a_good_one_is_dropped_and_the_good_one_commits():
+    _, agg, _, alloc = make()
+    report = step_one(agg, card({f"k{i}": NEUTRAL for i in range(9)}), card({"ka": GOOD_A}))
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.considered == 2
+    assert "1 oversized" in report.reason
+    assert len(alloc.calls) == 1
+
+
+def _advance(ledger: Any, n: int) -> None:
+    """Move the head ``n`` versions with neutral commits."""
+    for _ in range(n):
+        version, state = ledger.head(ART)
+        ledger.commit(ART, {**state, f"pad{version}": NEUTRAL}, version)
+
+
+def test_all_stale_is_reported_pooled_and_not_observed():
+    ledger, agg, ev, alloc = make()  # L2: alpha_tail = 1
+    _advance(ledger, 2)  # head v3
+    stale = card({"ka": GOOD_A}, base=1)  # eta 2 > alpha 1 -> discard
+    report = step_one(agg, stale)
+    assert report.outcome is MergeOutcome.ALL_STALE
+    assert report.discarded_stale == 1
+    assert report.considered == 1
+    assert report.p_improve is None
+    assert alloc.calls == []
+    assert ev.held_out_calls == 0
+    assert list(agg.evidence_pool) == [stale]
+    assert agg.eta_histogram[2] == 1
+    assert ledger.head(ART)[0] == 3
+
+
+def test_l1_artifact_tolerates_more_staleness_than_l2():
+    ledger, agg, _, _ = make(blast=0.6)  # L1: alpha_head = 5
+    _advance(ledger, 3)
+    report = step_one(agg, card({"ka": GOOD_A}, base=1))  # eta 3 <= 5 -> rebase
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert agg.counters["rebased"] == 1
+
+
+def test_stale_contract_breaking_diff_is_discarded_even_within_alpha():
+    ledger, agg, _, alloc = make()
+    _advance(ledger, 1)
+    report = step_one(agg, card({"ka": GOOD_A}, base=1, breaking=True))
+    assert report.outcome is MergeOutcome.ALL_STALE
+    assert alloc.calls == []
+
+
+def test_full_policy_accepts_a_very_stale_diff():
+    ledger, agg, _, _ = make(policy="full")
+    _advance(ledger, 4)
+    report = step_one(agg, card({"ka": GOOD_A}, base=1))
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert agg.counters["rebased"] == 0
+
+
+# --------------------------------------------------------------------------- rebase
+
+
+def test_rebase_keeps_a_stale_diff_that_still_helps():
+    ledger, agg, _, _ = make()
+    ledger.commit(ART, {"kb": GOOD_B}, 1)  # head v2, solves c2
+    stale = card({"ka": GOOD_A}, base=1)  # eta 1 <= alpha 1; A still adds c1
+    report = step_one(agg, stale)
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.discarded_stale == 0
+    assert agg.counters["rebased"] == 1
+    assert agg.counters["rebase_rejected"] == 0
+    assert ledger.head(ART) == (3, {"kb": GOOD_B, "ka": GOOD_A})
+
+
+def test_rebase_drops_a_stale_diff_that_no_longer_helps():
+    ledger, agg, _, alloc = make()
+    ledger.commit(ART, {"kb": GOOD_B}, 1)  # head v2 already solves c2
+    stale = card({"kdup": effect("h5,c2", nonce="dup")}, base=1)
+    report = step_one(agg, stale)
+    assert report.outcome is MergeOutcome.ALL_STALE
+    assert report.discarded_stale == 1
+    assert agg.counters["rebase_rejected"] == 1
+    assert list(agg.evidence_pool) == [stale]
+    assert alloc.calls == []
+
+
+def test_evidence_pool_receives_every_discarded_card():
+    ledger, agg, _, _ = make()  # L2: alpha_tail = 1
+    _advance(ledger, 2)  # head v3
+    too_old = card({"k1": GOOD_A}, base=1)  # eta 2 > alpha: discard
+    useless = card({"k2": NEUTRAL}, base=2)  # eta 1: rebase, no cheap gain: discard
+    breaking = card({"k3": GOOD_A}, base=2, breaking=True)  # stale and contract-breaking
+    fresh = card({"k4": GOOD_B}, base=3)
+    report = step_one(agg, too_old, useless, fresh, breaking)
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.considered == 4
+    assert report.discarded_stale == 3
+    assert list(agg.evidence_pool) == [too_old, useless, breaking]
+    assert ledger.head(ART)[1]["k4"] == GOOD_B
+
+
+def test_staleness_is_measured_over_the_whole_version_vector():
+    ledger, agg, _, _ = make(artifacts={ART: 0.2, "other": 0.2})
+    ledger.commit("other", {"x": "1"}, 1)
+    ledger.commit("other", {"x": "2"}, 2)  # "other" at v3
+    lagging = card({"ka": GOOD_A}, base={ART: 1, "other": 1})  # fresh here, 2 behind there
+    report = step_one(agg, lagging)
+    assert report.outcome is MergeOutcome.ALL_STALE
+    assert list(agg.evidence_pool) == [lagging]
+
+
+# --------------------------------------------------------------------------- acceptance, L1
+
+
+def test_no_improvement_is_below_threshold():
+    ledger, agg, _, alloc = make()
+    report = step_one(agg, card({"k": NEUTRAL}, delta=None))
+    assert report.outcome is MergeOutcome.BELOW_THRESHOLD
+    assert report.p_improve == pytest.approx(0.5, abs=1e-9)
+    assert report.accepted is not None
+    assert ledger.head(ART)[0] == 1
+    assert [c for _, c in alloc.calls] == [False]
+
+
+def test_held_out_regression_is_below_threshold():
+    ledger, agg, _, _ = make()
+    report = step_one(agg, card({"k": effect("h2,h3,h4,h5,h6,c1", "h0", nonce="r")}))
+    assert report.outcome is MergeOutcome.BELOW_THRESHOLD
+    assert "regresses 1" in report.reason
+    assert ledger.head(ART)[0] == 1
+
+
+def test_l1_tie_passing_acceptance_is_oracle_rejected():
+    ledger, agg, _, alloc = make(blast=0.6)
+    tie = card({"k": NEUTRAL}, delta=0.25)  # equal on held-out, self-verify says +0.25
+    report = step_one(agg, tie)
+    assert report.outcome is MergeOutcome.ORACLE_REJECTED
+    assert report.p_improve is not None and report.p_improve > 0.5054  # acceptance passed
+    assert "L1 oracle" in report.reason
+    assert ledger.head(ART)[0] == 1
+    assert [c for _, c in alloc.calls] == [False]
+    assert alloc.calls[0][0].blast_radius == pytest.approx(0.6)
+
+
+def test_the_same_tie_on_an_l2_artifact_commits():
+    # the control for the test above: only the oracle gate differs
+    _, agg, _, _ = make(blast=0.3)
+    report = step_one(agg, card({"k": NEUTRAL}, delta=0.25))
+    assert report.outcome is MergeOutcome.COMMITTED
+
+
+def test_l1_strict_improvement_commits():
+    _, agg, _, _ = make(blast=0.6)
+    assert step_one(agg, card({"ka": GOOD_A})).outcome is MergeOutcome.COMMITTED
+
+
+# --------------------------------------------------------------------------- CAS
+
+
+def test_lost_cas_race_never_overwrites_the_winner(any_ledger):
+    ledger = RivalLedger(any_ledger, rivals=1)
+    _, agg, _, alloc = make(ledger=ledger)
+    c = card({"ka": GOOD_A})
+    report = step_one(agg, c)
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.committed_version == 3
+    history = ledger.history(ART)
+    assert [e.version for e in history] == [1, 2, 3]
+    assert history[1].meta == {"author": "rival"}
+    assert history[1].state == {"rival-0": "rival"}
+    # the diff was re-applied on top of the winner
+    assert history[2].state == {"rival-0": "rival", "ka": GOOD_A}
+    assert agg.counters["cas_retries"] == 1
+    assert [c_ for _, c_ in alloc.calls] == [True]
+
+
+def test_every_cas_attempt_lost_is_a_cas_conflict(any_ledger):
+    ledger = RivalLedger(any_ledger, rivals=10)
+    _, agg, _, alloc = make(ledger=ledger)
+    report = step_one(agg, card({"ka": GOOD_A}))
+    assert report.outcome is MergeOutcome.CAS_CONFLICT
+    assert report.committed_version is None
+    assert ledger.attempts == 3  # cas_attempts
+    version, state = ledger.head(ART)
+    assert version == 4
+    assert state == {"rival-0": "rival", "rival-1": "rival", "rival-2": "rival"}
+    assert [c for _, c in alloc.calls] == [False]
+    assert "3 compare-and-swap" in report.reason
+
+
+class SameKeyRival(RivalLedger):
+    """The rival writes the very key the aggregator's diff writes (a contradicting winner)."""
+
+    def commit(self, artifact_id, new_state, base_version, *, meta=None):
+        self.attempts += 1
+        if self.rivals > 0:
+            self.rivals -= 1
+            version, state = self.inner.head(artifact_id)
+            self.inner.commit(artifact_id, {**state, "slot": GOOD_B}, version, meta={"author": "rival"})
+        return self.inner.commit(artifact_id, new_state, base_version, meta=meta)
+
+
+@pytest.mark.parametrize("op", [GOOD_A, None], ids=["write", "delete"])
+def test_cas_retry_never_overwrites_a_key_the_winner_wrote(op):
+    """Re-applying the diff must not silently replace the winner's value of the same key.
+
+    The diff was measured against the old head; on the fresh head its write to
+    ``slot`` would erase the rival's committed (and never compared) value.
+    """
+    inner = MemoryLedger()
+    inner.register(ART, {"slot": NEUTRAL}, 0.2)
+    ledger = SameKeyRival(inner, rivals=1)
+    agg = Aggregator(ledger, TableEvaluator(), allocator=RecordingAllocator())
+    # deleting the neutral slot is harmless but the tie-break carries it; writing GOOD_A helps
+    step_one(agg, card({"slot": op}, delta=0.5))
+    assert ledger.head(ART)[1].get("slot") == GOOD_B  # the winner's value survives
+    assert len(ledger.history(ART)) == 2
+
+
+def test_cas_attempts_is_a_knob():
+    ledger = RivalLedger(MemoryLedger(), rivals=4)
+    _, agg, _, _ = make(ledger=ledger, config=AggregatorConfig(cas_attempts=5))
+    report = step_one(agg, card({"ka": GOOD_A}))
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.committed_version == 6
+
+
+def test_a_ledger_error_other_than_cas_propagates_and_restores_the_cards():
+    class Broken(RivalLedger):
+        def commit(self, *args, **kwargs):
+            raise LedgerError("disk full")
+
+    ledger = Broken(MemoryLedger())
+    _, agg, _, alloc = make(ledger=ledger)
+    agg.ingest(card({"ka": GOOD_A}))
+    with pytest.raises(LedgerError, match="disk full"):
+        agg.step()
+    assert agg.pending() == 1
+    assert alloc.calls == []
+
+
+# --------------------------------------------------------------------------- feedback
+
+
+def _scenario(outcome: MergeOutcome) -> tuple[Aggregator, RecordingAllocator, list[EvidenceCard]]:
+    if outcome is MergeOutcome.COMMITTED:
+        _, agg, _, alloc = make()
+        cards = [card({"ka": GOOD_A})]
+    elif outcome is MergeOutcome.BELOW_THRESHOLD:
+        _, agg, _, alloc = make()
+        cards = [card({"k": NEUTRAL}, delta=None)]
+    elif outcome is MergeOutcome.ORACLE_REJECTED:
+        _, agg, _, alloc = make(blast=0.6)
+        cards = [card({"k": NEUTRAL}, delta=0.25)]
+    elif outcome is MergeOutcome.CAS_CONFLICT:
+        _, agg, _, alloc = make(ledger=RivalLedger(MemoryLedger(), rivals=99))
+        cards = [card({"ka": GOOD_A})]
+    elif outcome is MergeOutcome.ALL_STALE:
+        ledger, agg, _, alloc = make()
+        _advance(ledger, 3)
+        cards = [card({"ka": GOOD_A}, base=1), card({"kb": GOOD_B}, base=2)]
+    else:
+        _, agg, _, alloc = make()
+        cards = [card({f"k{i}": NEUTRAL for i in range(8)})]
+    return agg, alloc, cards
+
+
+@pytest.mark.parametrize("outcome", list(MergeOutcome))
+def test_exactly_once_feedback_for_measured_outcomes_and_none_otherwise(outcome):
+    agg, alloc, cards = _scenario(outcome)
+    report = step_one(agg, *cards)
+    assert report.outcome is outcome
+    if outcome.measured:
+        assert [c for _, c in alloc.calls] == [outcome is MergeOutcome.COMMITTED]
+        assert agg.counters["allocator_observations"] == 1
+    else:
+        assert alloc.calls == []
+        assert agg.counters["allocator_observations"] == 0
+    # a later empty step never re-reports
+    assert agg.step() == []
+    assert len(alloc.calls) == (1 if outcome.measured else 0)
+
+
+def test_without_an_allocator_nothing_breaks():
+    ledger = MemoryLedger()
+    ledger.register(ART, {}, 0.2)
+    agg = Aggregator(ledger, TableEvaluator())
+    agg.ingest(card({"ka": GOOD_A}))
+    (report,) = agg.step()
+    assert report.outcome is MergeOutcome.COMMITTED
+
+
+def test_fused_commit_reports_the_first_contributors_original_card():
+    _, agg, _, alloc = make(blast=0.25)
+    first = card({"ka": GOOD_A, "pad": NEUTRAL}, advantage=1.5, delta=0.1)
+    second = card({"kb": GOOD_B}, advantage=-0.3, delta=0.9)
+    report = step_one(agg, first, second)
+    assert report.fused and report.outcome is MergeOutcome.COMMITTED
+    assert report.accepted is not None and report.accepted.size() == 3
+    ((ctx, committed),) = alloc.calls
+    assert committed is True
+    assert ctx.advantage == 1.5
+    assert ctx.size == 2  # its own diff, not the union's 3
+    assert ctx.blast_radius == pytest.approx(0.25)
+    assert ctx.features() == pytest.approx((1.5, math.log1p(2) / math.log1p(100), 0.25))
+
+
+def test_fused_commit_attribution_skips_a_card_dropped_in_a_conflict():
+    _, agg, _, alloc = make()
+    loser = card({"slot": effect("h2", nonce="weak")}, advantage=9.0)
+    winner = card({"slot": GOOD_A}, advantage=0.7)
+    partner = card({"kb": GOOD_B}, advantage=-1.0)
+    report = step_one(agg, loser, winner, partner)
+    assert report.fused and report.conflicts_dropped == 1
+    ((ctx, _),) = alloc.calls
+    assert ctx.advantage == 0.7
+
+
+def test_tournament_single_winner_reports_its_own_card():
+    # P helps a little but breaks what Q fixes; Q alone beats P and beats the union.
+    cfg = AggregatorConfig(fusion_tournament=True)
+    _, agg, _, alloc = make(config=cfg)
+    p = card({"kp": effect("c1", "c2,c3", nonce="P")}, advantage=0.9, delta=0.3)
+    q = card({"kq": effect("h2,h3,h4,c2,c3", nonce="Q"), "n1": NEUTRAL, "n2": NEUTRAL},
+             advantage=-1.2, delta=0.1)
+    report = step_one(agg, p, q)
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert not report.fused
+    assert report.accepted == q.diff
+    assert agg.counters["tournaments"] == 1
+    assert "tournament" in report.reason
+    ((ctx, committed),) = alloc.calls
+    assert committed is True
+    assert ctx.advantage == -1.2
+    assert ctx.size == 3
+
+
+def test_tournament_union_winner_reports_the_first_contributor():
+    cfg = AggregatorConfig(fusion_tournament=True)
+    _, agg, _, alloc = make(config=cfg)
+    a = card({"ka": GOOD_A}, advantage=0.4)
+    b = card({"kb": GOOD_B}, advantage=2.0)
+    report = step_one(agg, a, b)
+    assert report.fused
+    assert agg.counters["tournaments"] == 1
+    ((ctx, _),) = alloc.calls
+    assert ctx.advantage == 0.4
+
+
+def test_rejected_single_reports_the_selected_card():
+    _, agg, _, alloc = make()
+    c = card({"k": NEUTRAL, "k2": NEUTRAL}, advantage=-0.5, delta=None)
+    step_one(agg, c)
+    ((ctx, committed),) = alloc.calls
+    assert (ctx.advantage, ctx.size, committed) == (-0.5, 2, False)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("where", ["held_out", "cheap"])
+def test_evaluator_raising_puts_the_cards_back(where):
+    ledger, agg, ev, alloc = make()
+    cards = [card({"ka": GOOD_A}), card({"kb": GOOD_B})]
+    for c in cards:
+        agg.ingest(c)
+    setattr(ev, f"fail_{where}", True)
+    with pytest.raises(RuntimeError, match="down"):
+        agg.step()
+    assert agg.pending() == 2
+    assert alloc.calls == []
+    assert ledger.head(ART)[0] == 1
+    setattr(ev, f"fail_{where}", False)
+    (report,) = agg.step()
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.considered == 2
+    assert agg.pending() == 0
+
+
+def test_evaluator_raising_then_retrying_pools_a_discarded_card_once():
+    ledger, agg, ev, _ = make()
+    _advance(ledger, 2)  # head v3
+    stale = card({"k1": GOOD_A}, base=1)
+    agg.ingest(stale)
+    agg.ingest(card({"k2": GOOD_B}, base=3))
+    ev.fail_held_out = True
+    with pytest.raises(RuntimeError):
+        agg.step()
+    ev.fail_held_out = False
+    (report,) = agg.step()
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.discarded_stale == 1
+    assert list(agg.evidence_pool) == [stale]
+    assert agg.counters["discarded_stale"] == 1
+
+
+def test_evaluator_raising_on_the_second_artifact_keeps_the_first_merge():
+    ledger, agg, ev, alloc = make(artifacts={"one": 0.2, "two": 0.2})
+    agg.ingest(card({"ka": GOOD_A}, target="one"))
+    agg.ingest(card({"kb": GOOD_B}, target="two"))
+
+    real = ev.held_out
+
+    def flaky(artifact_id, state):
+        if artifact_id == "two":
+            raise RuntimeError("down for two")
+        return real(artifact_id, state)
+
+    ev.held_out = flaky  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="two"):
+        agg.step()
+    assert ledger.head("one")[0] == 2
+    assert ledger.head("two")[0] == 1
+    assert agg.pending() == 1
+    ev.held_out = real  # type: ignore[method-assign]
+    (report,) = agg.step()
+    assert report.artifact_id == "two" and report.outcome is MergeOutcome.COMMITTED
+    assert [c for _, c in alloc.calls] == [True, True]
+
+
+def test_ingest_into_an_l0_artifact_is_a_governance_error():
+    ledger, agg, _, _ = make(artifacts={ART: 0.2, "governance": 0.1, "L0:contract": 0.1})
+    for frozen in ("governance", "L0:contract"):
+        with pytest.raises(GovernanceError, match=repr(frozen)):
+            agg.ingest(card({"k": "v"}, target=frozen))
+    assert agg.pending() == 0
+    assert issubclass(GovernanceError, ValueError)
+
+
+def test_ingest_into_an_unknown_artifact_is_a_ledger_error():
+    _, agg, _, _ = make()
+    with pytest.raises(LedgerError, match="'nope'"):
+        agg.ingest(card({"k": "v"}, target="nope"))
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def _run_sequence() -> tuple[list[dict], list[Any], list[tuple[AllocatorContext, bool]]]:
+    global _ids
+    _ids = itertools.count()  # same diff ids on both runs
+    ledger = RivalLedger(MemoryLedger(), rivals=0)
+    _, agg, _, alloc = make(ledger=ledger, artifacts={ART: 0.2, "slow": 0.6})
+    batches = [
+        [card({"ka": GOOD_A}), card({"kb": GOOD_B}), card({"slot": effect("h8", nonce="w")})],
+        [card({"slot": effect("h8,c3", nonce="s")}, base=2), card({"slot": effect("h9", nonce="t")}, base=2),
+         card({"k": NEUTRAL}, target="slow", delta=0.25)],
+        [card({"x": effect("", "c0", nonce="X")}, base=3), card({"y": effect("h9,c3", nonce="Y")}, base=1),
+         card({f"o{i}": NEUTRAL for i in range(7)}, target="slow")],
+    ]
+    reports: list[dict] = []
+    for i, batch in enumerate(batches):
+        ledger.rivals = 1 if i == 1 else 0
+        for c in batch:
+            agg.ingest(c)
+        reports.extend(r.to_json() for r in agg.step())
+    history = [e for aid in (ART, "slow") for e in ledger.history(aid)]
+    return reports, [(e.version, e.state, e.meta) for e in history], alloc.calls
+
+
+def test_same_sequence_twice_gives_identical_reports():
+    first = _run_sequence()
+    second = _run_sequence()
+    assert first == second
+    outcomes = {r["outcome"] for r in first[0]}
+    assert len(outcomes) >= 3  # the sequence exercises several paths
+
+
+# --------------------------------------------------------------------------- property
+
+_KINDS = ["good", "bad", "neutral", "oversized", "stale"]
+_ARTIFACTS = {"fast": 0.2, "slow": 0.6}
+
+
+@st.composite
+def _card_specs(draw):
+    return {
+        "kind": draw(st.sampled_from(_KINDS)),
+        "target": draw(st.sampled_from(sorted(_ARTIFACTS))),
+        "key": draw(st.sampled_from(["s0", "s1", None])),  # shared keys make conflicts
+        "held": draw(st.sets(st.sampled_from(HELD_OUT[2:]), max_size=4)),
+        "cheap": draw(st.sets(st.sampled_from(CHEAP[1:]), max_size=2)),
+        "lag": draw(st.integers(min_value=1, max_value=4)),
+        "delta": draw(st.sampled_from([None, -0.2, 0.0, 0.1, 0.3])),
+        "advantage": draw(st.sampled_from([None, -1.0, 0.0, 0.5, 2.0])),
+    }
+
+
+def _build(spec: dict, ledger: Any, n: int) -> EvidenceCard:
+    target = spec["target"]
+    head = ledger.head(target)[0]
+    key = spec["key"] or f"u{n}"
+    base = head
+    solves = ",".join(sorted(spec["held"] | spec["cheap"]))
+    if spec["kind"] == "good":
+        ops = {key: effect(solves, nonce=str(n))}
+    elif spec["kind"] == "bad":
+        ops = {key: effect("", "h0,c0", nonce=str(n))}
+    elif spec["kind"] == "neutral":
+        ops = {key: effect(nonce=str(n))}
+    elif spec["kind"] == "oversized":
+        ops = {f"{key}-{i}": effect(solves, nonce=str(n)) for i in range(7)}
+    else:
+        ops = {key: effect(solves, nonce=str(n))}
+        base = max(1, head - spec["lag"])
+    diff = Diff(f"p{n}", target, ops)
+    return EvidenceCard(diff, {target: base}, spec["delta"], spec["advantage"])
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    steps=st.lists(
+        st.tuples(st.lists(_card_specs(), max_size=6), st.sampled_from([0, 0, 1, 5])),
+        min_size=1,
+        max_size=5,
+    ),
+    tournament=st.booleans(),
+)
+def test_property_exactly_once_feedback(steps, tournament):
+    ledger = RivalLedger(MemoryLedger())
+    for aid, radius in _ARTIFACTS.items():
+        ledger.register(aid, {}, radius)
+    alloc = RecordingAllocator()
+    agg = Aggregator(
+        ledger, TableEvaluator(), AggregatorConfig(fusion_tournament=tournament), allocator=alloc
+    )
+    n = 0
+    all_reports: list[MergeReport] = []
+    for specs, rivals in steps:
+        ledger.rivals = rivals
+        batch = []
+        for spec in specs:
+            batch.append(_build(spec, ledger, n))
+            n += 1
+        for c in batch:
+            agg.ingest(c)
+        before = len(alloc.calls)
+        reports = agg.step()
+        new_calls = alloc.calls[before:]
+        measured = [r for r in reports if r.outcome.measured]
+        # one report per artifact with cards
+        assert sorted(r.artifact_id for r in reports) == sorted({c.diff.target for c in batch})
+        # exactly one call per measured report, in order, with the right verdict
+        assert len(new_calls) == len(measured)
+        assert [c for _, c in new_calls] == [r.outcome is MergeOutcome.COMMITTED for r in measured]
+        for (ctx, _), report in zip(new_calls, measured):
+            assert ctx.blast_radius == pytest.approx(_ARTIFACTS[report.artifact_id])
+            own = {(c.advantage, c.diff.size()) for c in batch if c.diff.target == report.artifact_id}
+            assert (ctx.advantage, ctx.size) in own
+            assert ctx.size <= AggregatorConfig().trust_region_ops
+            assert report.accepted is not None and report.p_improve is not None
+        for report in reports:
+            if not report.outcome.measured:
+                assert report.accepted is None and report.p_improve is None
+            if report.outcome is MergeOutcome.COMMITTED:
+                assert report.committed_version == ledger.head(report.artifact_id)[0]
+        all_reports.extend(reports)
+    for report in all_reports:
+        event(f"outcome: {report.outcome.value}")
+    assert len(alloc.calls) == sum(r.outcome.measured for r in all_reports)
+    assert agg.counters["allocator_observations"] == len(alloc.calls)
+    assert agg.pending() == 0
