@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentdescent import AllocateDecision, AllocatorContext, LearningValueModel, ValueBudgetAllocator
+from agentdescent import (
+    AllocateDecision,
+    AllocatorContext,
+    LearningValueModel,
+    ValueBudgetAllocator,
+)
 from agentdescent.allocator import pre_spend_context
 from agentdescent.types import Diff, EvidenceCard
 
