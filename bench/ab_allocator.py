@@ -231,6 +231,8 @@ def run_ab(
                     row.commits = result.committed
                     row.rounds = len(result.history)
                     row.stop_reason = result.stop_reason
+                row.tokens = usage.total_tokens  # the run's spend; test scoring is outside it
+                row.self_verify_tokens = usage.by_phase().get("self_verify", 0)
                 if allocator is not None:
                     row.n_observed = allocator.n_observed
                     row.n_skipped = allocator.n_skipped
@@ -242,8 +244,8 @@ def run_ab(
                             raise ValueError(f"score returned {row.test!r}")
                     except Exception as exc:
                         row.status, row.error, row.test = "score-failed", _short(exc), None
-            row.tokens = usage.total_tokens
-            row.self_verify_tokens = usage.by_phase().get("self_verify", 0)
+            if row.status == "build-failed":
+                row.tokens = usage.total_tokens
             row.seconds = time.perf_counter() - started
             rows.append(row)
             if on_row is not None:
@@ -352,20 +354,17 @@ class HotpotWorkload:
         random.Random(f"hotpot-{seed}").shuffle(tasks)
         cut = int(len(tasks) * 0.7)
         self.dev_tasks, self.test_tasks = tasks[:cut], tasks[cut:]
-        self.agent = LLMAgent(provider)
+        self.provider = provider
+        self.usage = Usage()  # the harness assigns the arm's meter here
         self.n_workers = n_workers
         self.rounds = rounds
         self.seed = seed
-
-    @property
-    def usage(self) -> Usage:
-        return self.agent.usage
-
-    @usage.setter
-    def usage(self, meter: Usage) -> None:
-        self.agent.usage = meter
+        self._llm_agent = LLMAgent
 
     def evolve_kwargs(self) -> dict[str, Any]:
+        # The agent records every call into the arm's meter (the provider's own meter,
+        # shared by both arms, is not what the budget reads).
+        self.agent = self._llm_agent(self.provider, usage=self.usage)
         return {"tasks": self.dev_tasks, "reward": exact_match, "agent": self.agent,
                 "n_workers": self.n_workers, "rounds": self.rounds, "seed": self.seed,
                 "max_concurrency": self.n_workers}

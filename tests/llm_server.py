@@ -124,7 +124,9 @@ class LLMServer:
     requests from several threads; replies are popped from one queue in arrival order.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, responder: Any = None) -> None:
+        """Args: responder: optional ``responder(path, body) -> Reply`` used when no scripted reply is queued."""
+        self._responder = responder
         self._lock = threading.Lock()
         self._queue: deque[Reply] = deque()
         self._stop = threading.Event()
@@ -148,6 +150,8 @@ class LLMServer:
                 with owner._lock:
                     owner.requests.append(RecordedRequest("POST", self.path, headers, parsed))
                     reply = owner._queue.popleft() if owner._queue else None
+                if reply is None and owner._responder is not None:
+                    reply = owner._responder(self.path, parsed)
                 if reply is None:
                     reply = Reply(599, {"error": {"message": "LLMServer: no scripted reply left"}})
                 if reply.delay and owner._stop.wait(reply.delay):

@@ -1,0 +1,51 @@
+"""evolve() with LLMAgent over a real OpenAI-compatible HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentdescent import LLMAgent, evolve, openai_compatible
+from examples import skill_evolution
+from tests.llm_server import LLMServer, Reply, openai_body
+
+
+def test_evolve_with_llm_agent_over_a_loopback_server_records_calls_and_tokens() -> None:
+    tasks = skill_evolution.make_tasks()
+    model = skill_evolution.simulated_reply(tasks)
+    reported = {"prompt": 0, "completion": 0, "cached": 0}
+
+    def respond(path: str, body: dict) -> Reply:
+        assert path == "/v1/chat/completions"
+        text = model(body["messages"])
+        prompt = sum(len(m["content"]) for m in body["messages"]) // 4 + 1
+        completion = len(text) // 4 + 1
+        cached = prompt // 2
+        reported["prompt"] += prompt
+        reported["completion"] += completion
+        reported["cached"] += cached
+        return Reply(200, openai_body(text, prompt_tokens=prompt, completion_tokens=completion,
+                                      cached_tokens=cached), {}, 0.0)
+
+    with LLMServer(responder=respond) as server:
+        provider = openai_compatible("test-model", base_url=server.openai_base_url,
+                                     api_key="sk-e2e-secret-key", max_retries=1)
+        agent = LLMAgent(provider, max_tokens=64)
+        result = evolve(tasks, skill_evolution.reward, agent=agent, rounds=6, n_workers=3,
+                        max_concurrency=3, held_out_frac=0.5, target_reward=1.0)
+        n_requests = len(server.requests)
+
+    assert result.error is None
+    assert result.final_reward == pytest.approx(1.0)
+    assert result.usage is agent.usage  # evolve adopted the agent's meter
+    assert result.usage.calls == n_requests > 0
+    assert result.usage.prompt_tokens == reported["prompt"]
+    assert result.usage.completion_tokens == reported["completion"]
+    assert result.usage.cached_tokens == reported["cached"]
+    assert sum(h.tokens for h in result.history) <= result.usage.total_tokens
+    assert "sk-e2e-secret-key" not in repr(result.to_json())
+
+
+def test_skill_evolution_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert skill_evolution.main(["--dry-run", "--rounds", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "Evolved skill" in out and "bare year" in out
