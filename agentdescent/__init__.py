@@ -6,6 +6,8 @@ compare-and-swap commit); a budget governor decides which candidates still get
 expensive evaluation as tokens run out.
 """
 
+import logging
+
 from .agents import Agent, Completion, LLMAgent, Provider, Usage, usage_phase
 from .aggregator import Aggregator, AggregatorConfig, Evaluator
 from .allocator import (
@@ -17,6 +19,13 @@ from .allocator import (
 )
 from .async_evolve import async_evolve
 from .budget import BudgetGovernor
+from .context import (
+    DEFAULT_FORK_MIN_SPAN_RATIO,
+    ContextManager,
+    RateCard,
+    TokenCounter,
+    fork_break_even,
+)
 from .dataloader import DataLoadError, hf_rows, hf_rows_modelscope
 from .evolution import EvolutionResult, RoundInfo, evolve
 from .governance import FAST_MAX, Layer, classify
@@ -59,7 +68,12 @@ from .types import (
 
 __version__ = "0.1.0"
 
+# A library never prints unless asked: records go nowhere until the application
+# configures logging.
+logging.getLogger("agentdescent").addHandler(logging.NullHandler())
+
 __all__ = [
+    "DEFAULT_FORK_MIN_SPAN_RATIO",
     "FAST_MAX",
     "Agent",
     "AgentDescentError",
@@ -72,6 +86,7 @@ __all__ = [
     "BudgetGovernor",
     "CASConflict",
     "Completion",
+    "ContextManager",
     "ContractError",
     "DataLoadError",
     "Diff",
@@ -99,6 +114,7 @@ __all__ = [
     "ProviderRateLimitError",
     "ProviderResponseError",
     "ProviderUnavailableError",
+    "RateCard",
     "ReflectiveStaleness",
     "RewardContractError",
     "RoundInfo",
@@ -108,11 +124,13 @@ __all__ = [
     "StalenessPolicy",
     "Strategy",
     "Task",
+    "TokenCounter",
     "Usage",
     "ValueBudgetAllocator",
     "async_evolve",
     "classify",
     "evolve",
+    "fork_break_even",
     "from_callable",
     "get_policy",
     "hf_rows",

@@ -364,10 +364,10 @@ def async_evolve(
 
 def _merge_loop(run: _AsyncRun, stops: StopRules, on_round: Callable[[RoundInfo], None] | None,
                 progress: bool, grace_seconds: float) -> EvolutionResult:
-    env, aid = run.env, run.aid
+    env = run.env
     history: list[RoundInfo] = []
     try:
-        initial = sum(env.aggregator.head_scores(aid)) / len(env.held_out)
+        initial = env.initial_reward()
     except BackendFailure as exc:
         return finish(env, history=history, stop_reason="error", error=str(exc), initial_reward=None)
     threads = [
@@ -394,13 +394,14 @@ def _merge_loop(run: _AsyncRun, stops: StopRules, on_round: Callable[[RoundInfo]
                     env.aggregator.ingest(card)
                 env.governor.spend(env.usage.total_tokens)
                 try:
-                    reports = env.aggregator.step()
-                    held = sum(env.aggregator.head_scores(aid)) / len(env.held_out)
+                    merged = env.merge()
                 except BackendFailure as exc:
                     stop_reason, error = "error", str(exc)
                     break
                 finally:
                     run.settle(items)
+                reports, held = merged if merged is not None else (
+                    [], history[-1].held_out_reward if history else initial)
                 counts = summarize_reports(reports)
                 tokens_now = env.usage.total_tokens
                 info = RoundInfo(
@@ -445,6 +446,11 @@ def _merge_loop(run: _AsyncRun, stops: StopRules, on_round: Callable[[RoundInfo]
     finally:
         with run.cond:
             run.closed = True
+            # finished rollouts still queued at the stop are dropped, and counted as such
+            run.late_dropped += len(run.queue)
+            for item in run.queue:
+                run.inflight.pop(item.admitted_at, None)
+            run.queue = []
             run.cond.notify_all()
         deadline = time.monotonic() + grace_seconds
         for t in threads:

@@ -19,6 +19,7 @@ import inspect
 import json
 import logging
 import math
+import numbers
 import os
 import random
 import threading
@@ -56,6 +57,10 @@ logger = logging.getLogger("agentdescent.evolution")
 #: Attempts per backend call (a rollout, a proposal, a held-out evaluation) before the
 #: failure counts against the run.
 BACKEND_ATTEMPTS = 3
+#: Attempts per evaluation call: the merge depends on every one of them, so it gets more.
+EVAL_ATTEMPTS = 5
+#: Merges in a row whose held-out evaluation may fail before the run ends with an error.
+MERGE_FAILURES_TOLERATED = 3
 
 
 # =========================================================================== results
@@ -198,6 +203,8 @@ class EvolutionResult:
         """
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError(f"the JSON is a {type(data).__name__}, not an object")
             if data.get("format") != "agentdescent-result/1":
                 raise ValueError(f"format marker is {data.get('format')!r}")
             snap = data["usage"]
@@ -220,7 +227,7 @@ class EvolutionResult:
                 rollouts=int(data["rollouts"]),
                 counters=dict(data["counters"]),
             )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise AgentDescentError(
                 f"{os.fspath(path)!r} is not a saved agentdescent result "
                 f"(expected JSON written by EvolutionResult.save): {exc}"
@@ -338,7 +345,7 @@ def _validate(
 
 
 def _check_reward(task: Task, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise RewardContractError(
             f"reward for task {task.id!r} returned {value!r} ({type(value).__name__}); "
             "return a float in [0, 1]"
@@ -384,7 +391,8 @@ class RunEnv:
 
     # ----------------------------------------------------------------- backend calls
 
-    def call(self, fn: Callable[..., Any], *args: Any, what: str, phase: str) -> Any:
+    def call(self, fn: Callable[..., Any], *args: Any, what: str, phase: str,
+             attempts: int = BACKEND_ATTEMPTS) -> Any:
         """Call a backend with bounded retries; raise :class:`BackendFailure` when it keeps failing.
 
         Tokens the call records are attributed to ``phase`` (see
@@ -392,7 +400,7 @@ class RunEnv:
         propagate at once.
         """
         last: BaseException | None = None
-        for attempt in range(1, BACKEND_ATTEMPTS + 1):
+        for attempt in range(1, attempts + 1):
             try:
                 with usage_phase(phase):
                     return fn(*args)
@@ -402,11 +410,45 @@ class RunEnv:
                 last = exc
                 self.counters.add("backend_errors")
                 logger.warning("%s failed (attempt %d/%d): %s: %s", what, attempt,
-                               BACKEND_ATTEMPTS, type(exc).__name__, exc)
+                               attempts, type(exc).__name__, exc)
         self.counters.add("backend_failures")
         self.last_error = last
-        raise BackendFailure(f"{what} failed {BACKEND_ATTEMPTS} times; last error: "
+        raise BackendFailure(f"{what} failed {attempts} times; last error: "
                              f"{type(last).__name__}: {last}") from last
+
+    def merge(self) -> tuple[list[MergeReport], float] | None:
+        """One aggregator step and the head's held-out reward, tolerating a failing evaluator.
+
+        If the held-out evaluation keeps failing (a :class:`BackendFailure`), the
+        aggregator has already put the cards back; the failure is counted and ``None``
+        returned so the runtime can try again at its next merge (scores that did succeed
+        are cached, so a retry only re-runs what failed). After
+        ``MERGE_FAILURES_TOLERATED`` failed merges in a row the failure is raised.
+        """
+        try:
+            reports = self.aggregator.step()
+            held = sum(self.aggregator.head_scores(self.artifact_id)) / len(self.held_out)
+        except BackendFailure:
+            self.counters.add("merge_failures")
+            self.failed_merges_in_a_row = getattr(self, "failed_merges_in_a_row", 0) + 1
+            if self.failed_merges_in_a_row >= MERGE_FAILURES_TOLERATED:
+                raise
+            logger.warning("merge failed (%d in a row); the cards wait for the next merge",
+                           self.failed_merges_in_a_row)
+            return None
+        self.failed_merges_in_a_row = 0
+        return reports, held
+
+    def initial_reward(self) -> float:
+        """The starting head's held-out reward, with the same tolerance as :meth:`merge`."""
+        for attempt in range(1, MERGE_FAILURES_TOLERATED + 1):
+            try:
+                return sum(self.aggregator.head_scores(self.artifact_id)) / len(self.held_out)
+            except BackendFailure:
+                self.counters.add("merge_failures")
+                if attempt == MERGE_FAILURES_TOLERATED:
+                    raise
+        raise AssertionError("unreachable")
 
     def score(self, task: Task, output: str) -> float:
         """The reward of one output, with the reward contract checked."""
@@ -440,16 +482,24 @@ class RolloutEvaluator:
         with self._lock:
             missing = [t for t in tasks if (digest, t.id) not in self._cache]
 
-        def one(task: Task) -> float:
-            out = self.env.call(self.env.solve, rendered, task, what=f"evaluation on task {task.id!r}",
-                                phase="evaluation")
+        def one(task: Task) -> float | BackendFailure:
+            try:
+                out = self.env.call(self.env.solve, rendered, task,
+                                    what=f"evaluation on task {task.id!r}", phase="evaluation",
+                                    attempts=EVAL_ATTEMPTS)
+            except BackendFailure as exc:
+                return exc  # keep the other tasks' scores: a retry re-runs only what failed
             return self.env.score(task, out)
 
         scores = self.env.map(one, missing)
         with self._lock:
+            failures = [s for s in scores if isinstance(s, BackendFailure)]
             for t, s in zip(missing, scores):
-                self._cache[(digest, t.id)] = s
+                if not isinstance(s, BackendFailure):
+                    self._cache[(digest, t.id)] = s
             self.env.counters.add("eval_rollouts", len(missing))
+            if failures:
+                raise failures[0]
             return [self._cache[(digest, t.id)] for t in tasks]
 
     def held_out(self, artifact_id: str, state: Mapping[str, str]) -> list[float]:
@@ -835,6 +885,22 @@ def evolve(
     if asynchronous:
         from .async_evolve import async_evolve
 
+        ignored = [
+            name for name, value, default in (
+                ("rounds", rounds, 15), ("max_concurrency", max_concurrency, 1),
+                ("refresh_interval", refresh_interval, 1), ("executor", executor, None),
+            ) if value != default
+        ]
+        if ignored:
+            raise ValueError(
+                f"evolve(asynchronous=True) has no rounds or thread pool: {', '.join(ignored)} "
+                "cannot apply; drop them (async workers are n_workers threads, staleness is "
+                "bounded by async_ratio, and the run stops on max_seconds/max_rollouts/"
+                "target_reward/patience/max_tokens)"
+            )
+        if max_seconds is None:
+            logger.info("evolve(asynchronous=True) without max_seconds: using async_evolve's 20 s")
+
         return async_evolve(
             tasks, reward, agent=agent, run=run, propose=propose, strategy=strategy,
             initial_state=initial_state, blast_radius=blast_radius, artifact_id=artifact_id,
@@ -897,7 +963,7 @@ def _run_sync(env: RunEnv, stops: StopRules, rounds: int, refresh_interval: int,
     aid = env.artifact_id
     history: list[RoundInfo] = []
     try:
-        initial = sum(env.aggregator.head_scores(aid)) / len(env.held_out)
+        initial = env.initial_reward()
     except BackendFailure as exc:
         return finish(env, history=history, stop_reason="error", error=str(exc), initial_reward=None)
     cycle = TaskCycle(env.train, env.seed)
@@ -940,11 +1006,11 @@ def _run_sync(env: RunEnv, stops: StopRules, rounds: int, refresh_interval: int,
                 env.aggregator.ingest(card)
             env.governor.spend(env.usage.total_tokens)
             try:
-                reports = env.aggregator.step()
-                held = sum(env.aggregator.head_scores(aid)) / len(env.held_out)
+                merged = env.merge()
             except BackendFailure as exc:
                 stop_reason, error = "error", str(exc)
                 break
+            reports, held = merged if merged is not None else ([], history[-1].held_out_reward if history else initial)
             env.governor.spend(env.usage.total_tokens)
             info = RoundInfo(
                 index=index, held_out_reward=held, tokens=env.usage.total_tokens - tokens_before,

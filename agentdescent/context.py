@@ -1,0 +1,1284 @@
+"""Conversation context for long-lived agent sessions: compaction and the summarizer fork.
+
+This module owns :class:`ContextManager` (an append-only message history with stable
+ids, per-request views, and compaction of old spans into summaries), the decision of how
+a summary call is sent (standalone, or forked off the prefix the provider already has in
+its prompt cache), the :class:`TokenCounter` seam with a deterministic offline default,
+and the pricing arithmetic behind the fork (:class:`RateCard`, :func:`fork_break_even`).
+
+It must not import a provider SDK, open a network connection (tiktoken is used only when
+it is installed *and* its encoding is already on disk), read the clock, or edit a message
+it was given: history only grows, and every view is built from it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import numbers
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Protocol, runtime_checkable
+
+from .agents import Provider
+from .types import ContractError
+
+__all__ = [
+    "DEFAULT_FORK_MIN_SPAN_RATIO",
+    "MEASURED_CACHE_HIT_FRACTION",
+    "MEASURED_RATE_CARD",
+    "SUMMARY_CALL_MODES",
+    "SUMMARY_REQUEST_TAG",
+    "ContextManager",
+    "HeuristicTokenCounter",
+    "RateCard",
+    "TokenCounter",
+    "default_token_counter",
+    "fork_break_even",
+    "mount",
+]
+
+logger = logging.getLogger("agentdescent.context")
+
+#: The measured break-even span ratio: a forked summary call cost $0.00077 per 1k of its
+#: own prompt tokens, a standalone one $0.00350, so forking pays iff
+#: ``P * 0.00077 <= S * 0.00350``, i.e. ``S / P >= 0.00077 / 0.00350 = 0.22``.
+DEFAULT_FORK_MIN_SPAN_RATIO = 0.22
+
+#: Accepted values of ``summary_call_mode``; ``"inline"`` is an alias of ``"standalone"``.
+SUMMARY_CALL_MODES = ("standalone", "inline", "fork", "auto")
+_MODE_ALIASES = {"inline": "standalone"}
+
+#: Every summary request's instruction starts with this tag, so a transcript, a log or a
+#: simulator can tell summarizer calls from the agent's own turns.
+SUMMARY_REQUEST_TAG = "[context compaction]"
+
+#: Header of the user message that replaces a summarised span in every later view.
+SUMMARY_MESSAGE_HEADER = "[Summary of earlier conversation]"
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class _ContractTypeError(ContractError, TypeError):
+    """A caller passed a value of the wrong type (catchable as ``TypeError`` too)."""
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """How many tokens a text or a message costs: the seam behind every budget here.
+
+    Called by :class:`ContextManager` (and :class:`agentdescent.testing.CachingProviderSim`)
+    from the thread that owns the conversation. Implementations must be deterministic
+    (the same input always gives the same count) and must never touch the network.
+    """
+
+    def count_text(self, text: str) -> int:
+        """Tokens in ``text``."""
+        ...
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Tokens one OpenAI-style message costs, role and framing overhead included."""
+        ...
+
+
+def _message_text(message: Mapping[str, Any]) -> str:
+    """Flatten a message's payload (content, tool calls, tool call id) into one string."""
+    parts: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, Sequence):
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                parts.append(json.dumps(part, sort_keys=True, default=str))
+    elif content is not None:
+        parts.append(str(content))
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function", {}) if isinstance(call, Mapping) else {}
+        parts.append(str(call.get("id", "")) if isinstance(call, Mapping) else "")
+        parts.append(str(fn.get("name", "")))
+        args = fn.get("arguments", "")
+        parts.append(args if isinstance(args, str) else json.dumps(args, sort_keys=True))
+    if message.get("tool_call_id"):
+        parts.append(str(message["tool_call_id"]))
+    if message.get("name"):
+        parts.append(str(message["name"]))
+    return "\n".join(parts)
+
+
+_PIECE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+class HeuristicTokenCounter:
+    """A deterministic, offline token estimate: about four characters per token.
+
+    Real tokenizers need vocabulary files that cannot be downloaded here, and budgets only
+    need a stable, roughly right count: each word costs ``ceil(len / chars_per_token)``
+    tokens, each punctuation mark one, whitespace nothing, and every message a fixed
+    framing overhead. Same text, same count, on every machine.
+
+    Args:
+        chars_per_token: characters of a word that make one token.
+        message_overhead: tokens added per message for its role and framing.
+    """
+
+    def __init__(self, chars_per_token: float = 4.0, message_overhead: int = 4) -> None:
+        if not (isinstance(chars_per_token, numbers.Real) and chars_per_token > 0):
+            raise ContractError(
+                f"HeuristicTokenCounter(chars_per_token={chars_per_token!r}): use a positive number"
+            )
+        if not (isinstance(message_overhead, int) and message_overhead >= 0):
+            raise ContractError(
+                f"HeuristicTokenCounter(message_overhead={message_overhead!r}): use an int >= 0"
+            )
+        self.chars_per_token = float(chars_per_token)
+        self.message_overhead = message_overhead
+        n = self.chars_per_token
+        self._chunk = re.compile(rf"\w{{1,{int(n)}}}|[^\w\s]", re.UNICODE) if n == int(n) else None
+
+    def count_text(self, text: str) -> int:
+        """Tokens in ``text`` (words by length, punctuation one each)."""
+        if self._chunk is not None:
+            # Word runs cut into chunks of at most N characters: one match per token.
+            return len(self._chunk.findall(text))
+        total = 0
+        for piece in _PIECE.findall(text):
+            total += max(1, math.ceil(len(piece) / self.chars_per_token))
+        return total
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """The message's payload tokens plus the framing overhead."""
+        return self.message_overhead + self.count_text(_message_text(message))
+
+    def __repr__(self) -> str:
+        return (
+            f"HeuristicTokenCounter(chars_per_token={self.chars_per_token}, "
+            f"message_overhead={self.message_overhead})"
+        )
+
+
+class _TextFunctionCounter:
+    """Adapts a plain ``str -> int`` callable to :class:`TokenCounter`."""
+
+    def __init__(self, fn: Callable[[str], int], message_overhead: int = 4) -> None:
+        self._fn = fn
+        self.message_overhead = message_overhead
+
+    def count_text(self, text: str) -> int:
+        return int(self._fn(text))
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        return self.message_overhead + self.count_text(_message_text(message))
+
+
+class _TiktokenCounter(_TextFunctionCounter):
+    """Counts with a tiktoken encoding that was already available locally."""
+
+    def __init__(self, encoding: Any) -> None:
+        super().__init__(lambda text: len(encoding.encode(text, disallowed_special=())))
+        self.encoding_name = getattr(encoding, "name", "?")
+
+    def __repr__(self) -> str:
+        return f"TiktokenCounter({self.encoding_name!r})"
+
+
+_TIKTOKEN_LOCK = threading.Lock()
+
+
+def _cached_tiktoken_encoding() -> Any | None:
+    """A tiktoken encoding if tiktoken is installed and the encoding is already on disk.
+
+    tiktoken fetches its vocabulary over the network on first use; that must never
+    happen from here. While asking for an encoding, its remote fetch function is
+    replaced by one that refuses, so only an on-disk cache hit can succeed. Any
+    failure (not installed, not cached, an incompatible tiktoken) means None.
+    """
+    try:
+        import tiktoken  # type: ignore[import-not-found]
+        import tiktoken.load as tk_load  # type: ignore[import-not-found]
+    except Exception:
+        return None
+
+    def _refuse(blobpath: str, *args: Any, **kwargs: Any) -> bytes:
+        raise RuntimeError(f"agentdescent never downloads tokenizer files ({blobpath})")
+
+    with _TIKTOKEN_LOCK:
+        original = getattr(tk_load, "read_file", None)
+        if original is None:
+            return None
+        try:
+            tk_load.read_file = _refuse
+            for name in ("o200k_base", "cl100k_base"):
+                try:
+                    return tiktoken.get_encoding(name)
+                except Exception:
+                    continue
+            return None
+        except Exception:
+            return None
+        finally:
+            tk_load.read_file = original
+
+
+@lru_cache(maxsize=1)
+def default_token_counter() -> TokenCounter:
+    """The token counter used when none is given.
+
+    A tiktoken encoding when tiktoken is installed and its vocabulary is already cached
+    on this machine (never downloaded); otherwise :class:`HeuristicTokenCounter`. The
+    choice is made once per process.
+
+    Returns:
+        A :class:`TokenCounter`.
+    """
+    encoding = _cached_tiktoken_encoding()
+    if encoding is not None:
+        return _TiktokenCounter(encoding)
+    return HeuristicTokenCounter()
+
+
+def _as_token_counter(value: Any) -> TokenCounter:
+    if value is None:
+        return default_token_counter()
+    if isinstance(value, TokenCounter):
+        return value
+    if callable(value):
+        return _TextFunctionCounter(value)
+    raise _ContractTypeError(
+        f"token_counter={value!r} is neither a TokenCounter (count_text and count_message "
+        "methods) nor a callable str -> int; pass one of those, or None for the default"
+    )
+
+
+def _tools_tokens(tools: Any, counter: TokenCounter) -> int:
+    if not tools:
+        return 0
+    return counter.count_text(json.dumps(tools, sort_keys=True, default=str))
+
+
+# --------------------------------------------------------------------------- pricing
+
+
+def _finite_nonneg(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ContractError(f"RateCard({name}={value!r}): use a finite number >= 0")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class RateCard:
+    """A provider's token prices, the input to :func:`fork_break_even` and the simulator.
+
+    Whether a summary call should fork depends only on price ratios, so the card keeps
+    the four numbers a provider publishes. Prices are in dollars per million tokens.
+
+    Args:
+        input_per_mtok: uncached input (prompt) price.
+        cached_input_per_mtok: price of an input token read from the prompt cache.
+        cache_write_multiplier: what a fork pays, relative to the uncached price, for
+            the part of its prefix that missed the cache (it is written back): 1.0 for
+            automatic caches with no write surcharge, 1.25 for a provider that charges
+            for cache writes.
+        output_per_mtok: output (completion) price; it does not move the break-even
+            (a summary is the same length either way) but counts in totals.
+        name: a label for tables and logs.
+
+    Raises:
+        ContractError: a price is negative or not finite, or ``input_per_mtok`` is 0.
+    """
+
+    input_per_mtok: float
+    cached_input_per_mtok: float
+    cache_write_multiplier: float = 1.0
+    output_per_mtok: float = 0.0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        for field_name in ("input_per_mtok", "cached_input_per_mtok", "cache_write_multiplier", "output_per_mtok"):
+            object.__setattr__(self, field_name, _finite_nonneg(field_name, getattr(self, field_name)))
+        if self.input_per_mtok == 0:
+            raise ContractError(
+                "RateCard(input_per_mtok=0): the uncached input price must be positive, "
+                "every ratio here is relative to it"
+            )
+
+    def cost(self, uncached_tokens: int, cached_tokens: int = 0, output_tokens: int = 0) -> float:
+        """Dollars for one call's token counts.
+
+        Args:
+            uncached_tokens: prompt tokens charged at the uncached rate.
+            cached_tokens: prompt tokens read from the cache.
+            output_tokens: completion tokens.
+
+        Returns:
+            The cost in dollars.
+        """
+        return (
+            uncached_tokens * self.input_per_mtok
+            + cached_tokens * self.cached_input_per_mtok
+            + output_tokens * self.output_per_mtok
+        ) / 1_000_000
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> RateCard:
+        """Build a card from a config mapping with the field names as keys.
+
+        Raises:
+            ContractError: an unknown key (named, with the known ones listed).
+        """
+        known = ("input_per_mtok", "cached_input_per_mtok", "cache_write_multiplier", "output_per_mtok", "name")
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ContractError(f"rate_card has unknown keys {unknown}; known keys: {list(known)}")
+        return cls(**dict(data))
+
+
+#: The provider behind the measured 0.22: $3.50/M uncached input, a 90% cache discount,
+#: no write surcharge. At :data:`MEASURED_CACHE_HIT_FRACTION` its break-even is 0.22.
+MEASURED_RATE_CARD = RateCard(
+    input_per_mtok=3.50, cached_input_per_mtok=0.35, cache_write_multiplier=1.0,
+    output_per_mtok=14.0, name="measured",
+)
+#: The hit fraction that reconciles :data:`MEASURED_RATE_CARD` with the measured rates:
+#: ``0.00077 / 0.00350 = h * 0.1 + (1 - h)``, so ``h = 0.78 / 0.9`` (about 86.7%).
+MEASURED_CACHE_HIT_FRACTION = 0.78 / 0.9
+
+
+def _check_hit_fraction(value: Any, knob: str = "cache_hit_fraction") -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0.0 <= float(value) <= 1.0):
+        raise ContractError(
+            f"{knob}={value!r}: use the expected fraction of a fork's prefix served from "
+            "the cache, a number in [0, 1]"
+        )
+    return float(value)
+
+
+def fork_break_even(rate_card: RateCard, cache_hit_fraction: float = 1.0) -> float:
+    """The span ratio ``S / P`` at and above which a forked summary call is the cheaper one.
+
+    A standalone summary call pays the uncached rate ``u`` on the span ``S``. A fork
+    re-reads the whole prefix ``P``: the hit fraction ``h`` at the cached rate ``c`` and
+    the rest at ``u`` times the write multiplier ``w``. The instruction and the reply are
+    the same size either way, so forking pays iff ``P * (h*c + (1-h)*u*w) <= S * u``::
+
+        ratio = h * (c / u) + (1 - h) * w
+
+    The measured provider (``c/u = 0.1``, ``w = 1``, ``h ≈ 0.867``) gives 0.22; a
+    90%-discount provider with every fork hitting gives 0.1. A cold cache (``h = 0``) can
+    never win, so it returns ``math.inf``: never fork.
+
+    Args:
+        rate_card: the provider's prices.
+        cache_hit_fraction: the expected fraction of a fork's prefix found in the cache.
+
+    Returns:
+        The minimum span ratio for a fork (``math.inf`` for a cold cache).
+
+    Raises:
+        ContractError: ``cache_hit_fraction`` is outside [0, 1].
+    """
+    if not isinstance(rate_card, RateCard):
+        raise _ContractTypeError(
+            f"fork_break_even(rate_card={rate_card!r}): pass a RateCard (or RateCard.from_mapping(...))"
+        )
+    h = _check_hit_fraction(cache_hit_fraction)
+    if h == 0.0:
+        return math.inf
+    u = rate_card.input_per_mtok
+    return h * (rate_card.cached_input_per_mtok / u) + (1.0 - h) * rate_card.cache_write_multiplier
+
+
+# --------------------------------------------------------------------------- knobs
+
+
+def _canonical_mode(value: Any) -> str:
+    if not isinstance(value, str) or value not in SUMMARY_CALL_MODES:
+        raise ContractError(
+            f"summary_call_mode={value!r} is not a summary call mode; use one of "
+            f"{list(SUMMARY_CALL_MODES)} ('inline' is an alias of 'standalone')"
+        )
+    return _MODE_ALIASES.get(value, value)
+
+
+def _classify_ratio(value: Any) -> tuple[str, float | None]:
+    """Sort a ``summary_fork_min_span_ratio`` value: unset, off, invalid or armed."""
+    if value is None:
+        return "unset", None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return "invalid", None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return "invalid", None
+    if not math.isfinite(number) or number < 0:
+        return "invalid", None
+    if number == 0:
+        return "off", None
+    return "armed", number
+
+
+def _is_tool_call_message(message: Mapping[str, Any]) -> bool:
+    return message.get("role") == "assistant" and bool(message.get("tool_calls"))
+
+
+def _call_ids(message: Mapping[str, Any]) -> list[str]:
+    ids = []
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, Mapping) and call.get("id") is not None:
+            ids.append(str(call["id"]))
+    return ids
+
+
+def _unanswered_calls(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Tool call ids issued in ``messages`` that no later tool message in it answers."""
+    open_ids: dict[str, None] = {}
+    for message in messages:
+        if _is_tool_call_message(message):
+            for call_id in _call_ids(message):
+                open_ids[call_id] = None
+        elif message.get("role") == "tool":
+            open_ids.pop(str(message.get("tool_call_id")), None)
+    return list(open_ids)
+
+
+def _validate_message(message: Any) -> dict[str, Any]:
+    if not isinstance(message, Mapping):
+        raise _ContractTypeError(
+            f"add_message got a {type(message).__name__}; pass an OpenAI-style dict such as "
+            "{'role': 'user', 'content': '...'}"
+        )
+    role = message.get("role")
+    if role not in _ROLES:
+        raise ContractError(f"message role {role!r} is not one of {list(_ROLES)}: {dict(message)!r:.200}")
+    if role == "tool" and message.get("tool_call_id") is None:
+        raise ContractError(
+            "a tool message needs the 'tool_call_id' of the assistant tool call it answers: "
+            f"{dict(message)!r:.200}"
+        )
+    if message.get("tool_calls") and role != "assistant":
+        raise ContractError(f"only assistant messages may carry 'tool_calls' (got role {role!r})")
+    if _is_tool_call_message(message):
+        for call in message["tool_calls"]:
+            if not isinstance(call, Mapping) or not call.get("id"):
+                raise ContractError(
+                    f"every tool call needs an 'id' so its result can be paired with it: {call!r:.200}"
+                )
+    try:
+        json.dumps(message)
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"a message must be JSON-serialisable ({exc}): {dict(message)!r:.200}") from exc
+    return _clone(dict(message))
+
+
+def _clone(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars), faster than ``copy.deepcopy``."""
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clone(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _clone(v) for k, v in value.items()}
+    return value
+
+
+def _real_in(name: str, value: Any, low: float, high: float, *, low_open: bool, high_open: bool, fix: str) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+    if ok:
+        v = float(value)
+        ok = (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+    if not ok:
+        lo = "(" if low_open else "["
+        hi = ")" if high_open else "]"
+        raise ContractError(f"{name}={value!r} must be a number in {lo}{low}, {high}{hi}; {fix}")
+    return float(value)
+
+
+# --------------------------------------------------------------------------- the manager
+
+
+@dataclass
+class _Sent:
+    """The request last reported through ``note_request_sent``."""
+
+    messages: list[dict[str, Any]]
+    ids: list[str | None]
+    tools: Any
+    model: str | None
+    tokens: int
+
+
+@dataclass
+class _Summary:
+    id: str
+    start: int  # first history index covered
+    end: int  # one past the last history index covered
+    message: dict[str, Any]
+    tokens: int
+
+
+class ContextManager:
+    """A compacting conversation: append-only history, per-request views, summaries.
+
+    A long agent session outgrows its context window. Rather than editing history, the
+    manager keeps every message (with a stable id such as ``"m7"``) and builds each
+    request's *view* from it: leading system messages, then the summaries made so far
+    (user messages, never system ones, which providers hoist into the cached block), then
+    the messages not yet summarised. When a view passes ``summary_trigger × max_tokens``,
+    the oldest eligible span (never the protected recent tail, never an earlier summary,
+    never a tool call without its results) is summarised down toward
+    ``target_usage × max_tokens``.
+
+    How the summary call is sent is ``summary_call_mode``: ``"standalone"`` (alias
+    ``"inline"``) sends the span alone and pays the uncached rate on it; ``"fork"``
+    appends one instruction to the exact prefix last reported through
+    :meth:`note_request_sent` (same tools, same model), so the provider reads that
+    prefix from its cache; ``"auto"`` forks only when the span is a large enough share
+    of the prefix: ``S / P >= summary_fork_min_span_ratio`` (default
+    :data:`DEFAULT_FORK_MIN_SPAN_RATIO`, or :func:`fork_break_even` of
+    :attr:`rate_card` when one is set). A fork that cannot be aligned with what was sent
+    falls back to standalone (WARNING, ``fork_fallbacks``); a fork the predicate finds
+    too expensive is declined (INFO once per kind, ``fork_declines``) and issues exactly
+    the standalone request.
+
+    One manager holds one conversation; its methods take a lock, so it may be handed
+    between threads, but one conversation is inherently sequential.
+
+    Args:
+        provider: where summary calls go (``provider.complete(messages, **options)``).
+        max_tokens: the context budget in tokens.
+        summary_trigger: compact once a view passes this fraction of ``max_tokens``.
+        target_usage: compact down toward this fraction of ``max_tokens``.
+        protected_recent: the most recent messages up to this fraction of ``max_tokens``
+            are never summarised (the newest message always is protected).
+        summary_call_mode: ``"standalone"``, ``"inline"``, ``"fork"`` or ``"auto"``.
+        summary_fork_min_span_ratio: ``None`` (predicate off in ``"fork"``, the default
+            ratio in ``"auto"``), ``0`` (predicate off, silently), a positive ratio
+            (armed; above 1 means never fork). Negative, non-finite or non-numeric
+            values disable the predicate with a WARNING.
+        token_counter: a :class:`TokenCounter` or a ``str -> int`` callable; ``None``
+            means :func:`default_token_counter`.
+
+    Attributes:
+        summary_model: a model the summarizer must use (None: the model of the recorded
+            prefix); a fork to a prefix sent to another model is a fallback.
+        rate_card: prices that set ``"auto"``'s ratio via :func:`fork_break_even`.
+        cache_hit_fraction: the hit fraction used with ``rate_card`` (default 1.0).
+        fork_fallbacks: misaligned forks sent standalone instead (session total).
+        fork_declines: forks the predicate found too expensive (session total).
+        forks: summary calls sent as forks. The other counters (``summary_calls``,
+            ``compactions``, ``summaries_refused``, ``summary_failures``) are in
+            :attr:`counters`.
+
+    Raises:
+        ContractError: a knob is out of range or of the wrong type (the message names it).
+    """
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        max_tokens: int,
+        summary_trigger: float = 0.6,
+        target_usage: float = 0.5,
+        protected_recent: float = 0.3,
+        summary_call_mode: str = "standalone",
+        summary_fork_min_span_ratio: float | None = None,
+        token_counter: TokenCounter | Callable[[str], int] | None = None,
+    ) -> None:
+        if not callable(getattr(provider, "complete", None)):
+            raise _ContractTypeError(
+                f"provider={provider!r} has no complete(messages, **options) method; pass a "
+                "Provider (for tests: agentdescent.testing.CachingProviderSim)"
+            )
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens <= 0:
+            raise ContractError(f"max_tokens={max_tokens!r} must be a positive int (the context budget in tokens)")
+        self.provider = provider
+        self.max_tokens = int(max_tokens)
+        self.summary_trigger = _real_in(
+            "summary_trigger", summary_trigger, 0.0, 1.0, low_open=True, high_open=False,
+            fix="it is the fraction of max_tokens at which compaction starts",
+        )
+        self.target_usage = _real_in(
+            "target_usage", target_usage, 0.0, self.summary_trigger, low_open=True, high_open=True,
+            fix=f"it must be below summary_trigger={self.summary_trigger} so compaction frees room",
+        )
+        self.protected_recent = _real_in(
+            "protected_recent", protected_recent, 0.0, 1.0, low_open=False, high_open=True,
+            fix="it is the fraction of max_tokens kept verbatim at the end of every view",
+        )
+        self.token_counter: TokenCounter = _as_token_counter(token_counter)
+        self._lock = threading.RLock()
+        self._mode = _canonical_mode(summary_call_mode)
+        self._ratio_value: Any = summary_fork_min_span_ratio
+        self._rate_card: RateCard | None = None
+        self._cache_hit_fraction = 1.0
+        #: A model the summarizer must use; a fork is only aligned with a prefix sent to
+        #: this same model (``None``: whatever model the prefix was sent with).
+        self.summary_model: str | None = None
+        self._history: list[dict[str, Any]] = []
+        self._ids: list[str] = []
+        self._tokens: list[int] = []
+        self._summaries: list[_Summary] = []
+        self._covered_upto = 0
+        self._last_view: list[tuple[str, dict[str, Any], int]] | None = None
+        self._sent: _Sent | None = None
+        self._declined_kinds: set[str] = set()
+        self._refused_span: tuple[str, str] | None = None
+        self._last_stats: dict[str, Any] | None = None
+        self.fork_fallbacks = 0
+        self.fork_declines = 0
+        self.forks = 0
+        self.summary_calls = 0
+        self.compactions = 0
+        self.summaries_refused = 0
+        self.summary_failures = 0
+        self._announce_ratio()
+
+    # ----------------------------------------------------------------- knobs
+
+    @property
+    def summary_call_mode(self) -> str:
+        """The summary call mode (``"inline"`` reads back as ``"standalone"``)."""
+        return self._mode
+
+    @summary_call_mode.setter
+    def summary_call_mode(self, value: str) -> None:
+        with self._lock:
+            self._mode = _canonical_mode(value)
+            self._announce_ratio()
+
+    @property
+    def summary_fork_min_span_ratio(self) -> Any:
+        """The ratio knob exactly as given (``None`` when unset)."""
+        return self._ratio_value
+
+    @summary_fork_min_span_ratio.setter
+    def summary_fork_min_span_ratio(self, value: Any) -> None:
+        with self._lock:
+            self._ratio_value = value
+            self._announce_ratio()
+
+    @property
+    def rate_card(self) -> RateCard | None:
+        """Prices that set ``"auto"``'s default ratio through :func:`fork_break_even`."""
+        return self._rate_card
+
+    @rate_card.setter
+    def rate_card(self, value: RateCard | Mapping[str, Any] | None) -> None:
+        if isinstance(value, Mapping):
+            value = RateCard.from_mapping(value)
+        if value is not None and not isinstance(value, RateCard):
+            raise _ContractTypeError(f"rate_card={value!r}: pass a RateCard, a mapping of its fields, or None")
+        self._rate_card = value
+
+    @property
+    def cache_hit_fraction(self) -> float:
+        """The expected cache hit fraction used with :attr:`rate_card` (default 1.0)."""
+        return self._cache_hit_fraction
+
+    @cache_hit_fraction.setter
+    def cache_hit_fraction(self, value: float) -> None:
+        self._cache_hit_fraction = _check_hit_fraction(value)
+
+    def _announce_ratio(self) -> None:
+        """Say, once per setting, when the ratio knob cannot do what it seems to ask."""
+        kind, _ = _classify_ratio(self._ratio_value)
+        if self._mode == "standalone":
+            if kind in ("armed", "invalid"):
+                logger.warning(
+                    "summary_fork_min_span_ratio=%r has no effect with summary_call_mode="
+                    "'standalone', which never forks; use summary_call_mode='auto' or 'fork' "
+                    "to gate forks by span ratio",
+                    self._ratio_value,
+                )
+            return
+        if kind == "invalid":
+            logger.warning(
+                "summary_fork_min_span_ratio=%r is not a usable ratio (it must be a finite "
+                "number >= 0); the fork predicate is disabled, so summary_call_mode=%r forks "
+                "every aligned summary. Pass a ratio such as %s, or None for the default.",
+                self._ratio_value, self._mode, DEFAULT_FORK_MIN_SPAN_RATIO,
+            )
+
+    def _min_span_ratio(self) -> float | None:
+        """The ratio the predicate compares against, or None when the predicate is off."""
+        kind, number = _classify_ratio(self._ratio_value)
+        if kind == "armed":
+            return number
+        if kind == "unset" and self._mode == "auto":
+            if self._rate_card is not None:
+                return fork_break_even(self._rate_card, self._cache_hit_fraction)
+            return DEFAULT_FORK_MIN_SPAN_RATIO
+        return None
+
+    # ----------------------------------------------------------------- history
+
+    def add_message(self, message: Mapping[str, Any]) -> str:
+        """Append one message to the history and return its stable id.
+
+        The message is copied, so later changes to the caller's dict change nothing here.
+
+        Args:
+            message: an OpenAI-style dict (``role``, ``content``; ``tool_calls`` with ids
+                on assistant messages; ``tool_call_id`` on tool messages).
+
+        Returns:
+            The message id (``"m1"``, ``"m2"``, ... in order of arrival).
+
+        Raises:
+            ContractError: an unknown role, a tool message without ``tool_call_id``, a
+                tool call without an id, or a message that is not JSON-serialisable.
+        """
+        stored = _validate_message(message)
+        with self._lock:
+            message_id = f"m{len(self._history) + 1}"
+            self._history.append(stored)
+            self._ids.append(message_id)
+            self._tokens.append(int(self.token_counter.count_message(stored)))
+            return message_id
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The full history in order (copies; nothing in it is ever edited or removed)."""
+        with self._lock:
+            return [_clone(m) for m in self._history]
+
+    @property
+    def message_ids(self) -> list[str]:
+        """The ids of :attr:`messages`, in the same order."""
+        with self._lock:
+            return list(self._ids)
+
+    @property
+    def view_ids(self) -> list[str]:
+        """The ids of the current view (message ids and summary ids), without compacting."""
+        with self._lock:
+            return [entry_id for entry_id, _, _ in self._view_entries()]
+
+    @property
+    def summaries(self) -> list[dict[str, Any]]:
+        """Every summary made so far: ``id``, ``covers`` (message ids), ``message``, ``tokens``."""
+        with self._lock:
+            return [
+                {
+                    "id": s.id,
+                    "covers": self._ids[s.start:s.end],
+                    "message": copy.deepcopy(s.message),
+                    "tokens": s.tokens,
+                }
+                for s in self._summaries
+            ]
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """What the manager did: summary calls, compactions, forks, fallbacks, declines, refusals, failures."""
+        with self._lock:
+            return {
+                "summary_calls": self.summary_calls,
+                "compactions": self.compactions,
+                "forks": self.forks,
+                "fork_fallbacks": self.fork_fallbacks,
+                "fork_declines": self.fork_declines,
+                "summaries_refused": self.summaries_refused,
+                "summary_failures": self.summary_failures,
+            }
+
+    @property
+    def last_summary_call_stats(self) -> dict[str, Any] | None:
+        """How the last summary call went (None before the first).
+
+        Keys: ``mode``, ``forked``, ``fork_fallbacks`` and ``fork_declines``
+        (session-cumulative), ``span_measure`` (``{span_tokens, prefix_tokens,
+        span_ratio, min_span_ratio}`` when the predicate was evaluated, else None),
+        ``fallback_reason`` / ``decline_reason`` (a kind, or None), ``outcome``
+        (``"compacted"``, ``"refused"`` or ``"failed"``), ``span_ids``, ``span_tokens``,
+        ``summary_tokens``, ``request_messages``, ``usage`` and ``error``.
+        """
+        with self._lock:
+            return copy.deepcopy(self._last_stats)
+
+    @property
+    def sent_tokens(self) -> int | None:
+        """Tokens of the request last reported through :meth:`note_request_sent` (the
+        prefix ``P`` a fork would re-read, tools included), or None if none was."""
+        with self._lock:
+            return self._sent.tokens if self._sent is not None else None
+
+    @property
+    def current_tokens(self) -> int:
+        """Tokens of the current view (without compacting)."""
+        with self._lock:
+            return sum(tokens for _, _, tokens in self._view_entries())
+
+    def _pinned_end(self) -> int:
+        end = 0
+        while end < len(self._history) and self._history[end].get("role") in ("system", "developer"):
+            end += 1
+        return end
+
+    def _raw_start(self) -> int:
+        return max(self._pinned_end(), self._covered_upto)
+
+    def _view_entries(self) -> list[tuple[str, dict[str, Any], int]]:
+        entries = [(self._ids[i], self._history[i], self._tokens[i]) for i in range(self._pinned_end())]
+        entries += [(s.id, s.message, s.tokens) for s in self._summaries]
+        start = self._raw_start()
+        entries += [(self._ids[i], self._history[i], self._tokens[i]) for i in range(start, len(self._history))]
+        return entries
+
+    def get_messages_for_request(self) -> list[dict[str, Any]]:
+        """The messages to send now, compacting first if the view has grown too large.
+
+        Compaction runs at most once per call: when the view passes
+        ``summary_trigger × max_tokens``, one summary call replaces the oldest eligible
+        span. A failed or refused summary leaves everything as it was and the full view
+        is returned (counted, and logged at WARNING); a refused span is not retried here
+        until it has grown.
+
+        Returns:
+            A list of message dicts (copies) in wire order.
+        """
+        with self._lock:
+            if self.current_tokens > self.summary_trigger * self.max_tokens:
+                self._compact(automatic=True)
+            entries = self._view_entries()
+            self._last_view = entries
+            return [_clone(message) for _, message, _ in entries]
+
+    def summarize_now(self) -> bool:
+        """Summarise the oldest eligible span now, whatever the usage.
+
+        The span is the one compaction would choose (enough of the oldest eligible
+        messages to bring the view toward ``target_usage``, at least one message or tool
+        group), sent in the configured mode.
+
+        Returns:
+            True if a summary replaced a span; False if no span is eligible (or the oldest
+            one is too small for any summary to shrink it), or the call failed or its
+            summary was refused (see :attr:`last_summary_call_stats`).
+        """
+        with self._lock:
+            return self._compact()
+
+    def note_request_sent(
+        self,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        model: str | None = None,
+    ) -> None:
+        """Record the exact request that went to the provider, the prefix a fork re-reads.
+
+        A fork is only cheap if it repeats, byte for byte, a prefix the provider has just
+        cached, with the same tools and model; this is how the manager learns it.
+
+        Args:
+            messages: the messages sent; None means the view last returned by
+                :meth:`get_messages_for_request` (or the current view if none was).
+            tools: the ``tools`` option sent with them, if any.
+            model: the ``model`` option sent with them, if any.
+
+        Raises:
+            ContractError: ``messages`` is not a sequence of dicts, or ``model`` is not a str.
+        """
+        if model is not None and not isinstance(model, str):
+            raise _ContractTypeError(f"note_request_sent(model={model!r}): pass the model name as a str, or None")
+        if messages is not None:
+            if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+                raise _ContractTypeError(
+                    f"note_request_sent(messages=...) got a {type(messages).__name__}; pass the "
+                    "list of message dicts that was sent, or None for the last view"
+                )
+            for message in messages:
+                if not isinstance(message, Mapping):
+                    raise _ContractTypeError(
+                        f"note_request_sent(messages=...) contains a {type(message).__name__}; "
+                        "every message must be a dict"
+                    )
+        with self._lock:
+            reference = self._last_view
+            if reference is None:
+                reference = self._view_entries()
+            # Messages that are view entries are stored by reference (history is never
+            # edited) with their known token counts; anything else is copied and counted.
+            sent: list[dict[str, Any]] = []
+            ids: list[str | None] = []
+            tokens = 0
+            if messages is None:
+                for entry_id, message, message_tokens in reference:
+                    sent.append(message)
+                    ids.append(entry_id)
+                    tokens += message_tokens
+            else:
+                cursor = 0
+                for message in messages:
+                    found = None
+                    for k in range(cursor, len(reference)):
+                        if reference[k][1] == message:
+                            found, cursor = k, k + 1
+                            break
+                    if found is None:
+                        sent.append(_clone(dict(message)))
+                        ids.append(None)
+                        tokens += int(self.token_counter.count_message(sent[-1]))
+                    else:
+                        sent.append(reference[found][1])
+                        ids.append(reference[found][0])
+                        tokens += reference[found][2]
+            tools_copy = _clone(list(tools)) if tools is not None else None
+            tokens += _tools_tokens(tools_copy, self.token_counter)
+            self._sent = _Sent(messages=sent, ids=ids, tools=tools_copy, model=model, tokens=tokens)
+
+    # ----------------------------------------------------------------- compaction
+
+    def _groups(self, start: int) -> tuple[list[list[int]], int | None]:
+        """Contiguous groups of history indices from ``start``; a tool call and its results share one.
+
+        Returns:
+            The groups, and the index of the first group still holding an unanswered
+            tool call (None if every call is answered).
+        """
+        groups: list[list[int]] = []
+        owner: dict[str, int] = {}  # open call id -> group index
+        for i in range(start, len(self._history)):
+            message = self._history[i]
+            if message.get("role") == "tool" and str(message.get("tool_call_id")) in owner:
+                g = owner[str(message["tool_call_id"])]
+                # Merge everything from the call's group up to here, so the pair is contiguous.
+                merged = [idx for group in groups[g:] for idx in group] + [i]
+                del groups[g:]
+                groups.append(merged)
+                for call_id, gi in list(owner.items()):
+                    if gi >= g:
+                        owner[call_id] = g
+                del owner[str(message["tool_call_id"])]
+                continue
+            groups.append([i])
+            if _is_tool_call_message(message):
+                for call_id in _call_ids(message):
+                    owner[call_id] = len(groups) - 1
+        return groups, (min(owner.values()) if owner else None)
+
+    def _summary_budget(self, span_tokens: int) -> int:
+        """The ``max_tokens`` a summary of ``span_tokens`` gets: a quarter, at least 32."""
+        return max(32, span_tokens // 4)
+
+    def _header_tokens(self) -> int:
+        return int(self.token_counter.count_message({"role": "user", "content": SUMMARY_MESSAGE_HEADER}))
+
+    def _select_span(self) -> list[int] | None:
+        start = self._raw_start()
+        groups, open_group = self._groups(start)
+        if not groups:
+            return None
+        limit = len(groups) - 1  # the newest group is always protected
+        protected = sum(self._tokens[i] for i in groups[-1])
+        budget = self.protected_recent * self.max_tokens
+        while limit > 0:
+            group_tokens = sum(self._tokens[i] for i in groups[limit - 1])
+            if protected + group_tokens > budget:
+                break
+            protected += group_tokens
+            limit -= 1
+        if open_group is not None:
+            # A group with an unanswered call stays: summarising it would orphan a late result.
+            limit = min(limit, open_group)
+        eligible = groups[:limit]
+        if not eligible:
+            return None
+        need = self.current_tokens - self.target_usage * self.max_tokens
+        span: list[int] = []
+        span_tokens = 0
+        for group in eligible:
+            span.extend(group)
+            span_tokens += sum(self._tokens[i] for i in group)
+            if span_tokens - self._summary_budget(span_tokens) >= need:
+                break
+        return span
+
+    def _check_alignment(self, span_ids: list[str]) -> tuple[str, str] | None:
+        """The first reason a fork cannot reuse the recorded prefix, or None if it can."""
+        sent = self._sent
+        if sent is None:
+            return ("nothing-sent", "no request has been reported through note_request_sent(), "
+                    "so there is no cached prefix to fork from; call it after every request")
+        missing = [i for i in span_ids if i not in sent.ids]
+        if missing:
+            return ("span-not-in-prefix", f"messages {missing[:5]} of the span were not in the last "
+                    "request reported through note_request_sent(); report each request after sending it")
+        unanswered = _unanswered_calls(sent.messages)
+        if unanswered:
+            return ("unanswered-tool-calls", f"the recorded prefix ends with unanswered tool calls "
+                    f"{unanswered[:5]}; a summarize instruction cannot follow them")
+        if self.summary_model is not None and self.summary_model != sent.model:
+            return ("model-mismatch", f"summary_model={self.summary_model!r} differs from the model "
+                    f"the prefix was sent to ({sent.model!r}); a cache is per model")
+        return None
+
+    def _standalone_request(self, span: list[int], budget: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        lines = []
+        for i in span:
+            lines.append(_render_for_transcript(self._history[i]))
+        instruction = (
+            f"{SUMMARY_REQUEST_TAG} Summarize the conversation excerpt below in at most {budget} "
+            "tokens. Keep the facts, decisions, open questions, names, numbers and tool results "
+            "that later turns may need. Reply with the summary only.\n\n<excerpt>\n"
+            + "\n".join(lines)
+            + "\n</excerpt>"
+        )
+        options: dict[str, Any] = {"max_tokens": budget}
+        model = self.summary_model if self.summary_model is not None else (self._sent.model if self._sent else None)
+        if model is not None:
+            options["model"] = model
+        return [{"role": "user", "content": instruction}], options
+
+    def _fork_request(self, span_ids: list[str], budget: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        sent = self._sent
+        assert sent is not None
+        first = sent.ids.index(span_ids[0]) + 1
+        last = sent.ids.index(span_ids[-1]) + 1
+        instruction = (
+            f"{SUMMARY_REQUEST_TAG} Summarize messages {first} to {last} of the conversation above "
+            f"(counting from 1) in at most {budget} tokens. Keep the facts, decisions, open "
+            "questions, names, numbers and tool results that later turns may need. Reply with the "
+            "summary only."
+        )
+        messages = [_clone(m) for m in sent.messages] + [{"role": "user", "content": instruction}]
+        options: dict[str, Any] = {"max_tokens": budget}
+        if sent.model is not None:
+            options["model"] = sent.model
+        if sent.tools is not None:
+            options["tools"] = _clone(sent.tools)
+        return messages, options
+
+    def _compact(self, automatic: bool = False) -> bool:
+        """Select a span, send one summary call (fork or standalone), apply the summary.
+
+        Returns True when a summary replaced a span; history is never edited either way.
+        """
+        span = self._select_span()
+        if not span:
+            return False
+        span_ids = [self._ids[i] for i in span]
+        if automatic and self._refused_span == (span_ids[0], span_ids[-1]):
+            # The same span was just refused; wait until it grows rather than pay again.
+            return False
+        span_tokens = sum(self._tokens[i] for i in span)
+        budget = self._summary_budget(span_tokens)
+        if span_tokens <= budget + self._header_tokens():
+            # Even a summary at its budget would not be smaller: not worth a call.
+            logger.debug("span %s (%d tokens) is too small to summarise", span_ids, span_tokens)
+            return False
+        stats: dict[str, Any] = {
+            "mode": self._mode,
+            "forked": False,
+            "fork_fallbacks": self.fork_fallbacks,
+            "fork_declines": self.fork_declines,
+            "span_measure": None,
+            "fallback_reason": None,
+            "decline_reason": None,
+            "outcome": None,
+            "span_ids": span_ids,
+            "span_tokens": span_tokens,
+            "summary_tokens": None,
+            "request_messages": None,
+            "usage": None,
+            "error": None,
+        }
+        fork = False
+        if self._mode != "standalone":
+            # Alignment first: only a fork that can reuse the sent prefix is worth pricing.
+            misaligned = self._check_alignment(span_ids)
+            if misaligned is not None:
+                kind, why = misaligned
+                self.fork_fallbacks += 1
+                stats["fallback_reason"] = kind
+                logger.warning(
+                    "summarizer fork fell back to a standalone call (%s): %s "
+                    "[summary_call_mode=%r, fork_fallbacks=%d]",
+                    kind, why, self._mode, self.fork_fallbacks,
+                )
+            else:
+                fork = self._predicate(span_tokens, stats)
+        if fork:
+            messages, options = self._fork_request(span_ids, budget)
+        else:
+            messages, options = self._standalone_request(span, budget)
+        stats["forked"] = fork
+        stats["fork_fallbacks"] = self.fork_fallbacks
+        stats["fork_declines"] = self.fork_declines
+        stats["request_messages"] = len(messages)
+        self.summary_calls += 1
+        if fork:
+            self.forks += 1
+        self._last_stats = stats
+        try:
+            completion = self.provider.complete(messages, **options)
+            text = completion.text
+            if completion.usage is not None:
+                stats["usage"] = completion.usage.snapshot()
+        except Exception as exc:  # any backend failure: history stays as it was
+            self.summary_failures += 1
+            stats["outcome"] = "failed"
+            stats["error"] = f"{type(exc).__name__}: {exc}"
+            logger.warning(
+                "summary call failed (%s: %s); history left untouched, the view stays "
+                "uncompacted [summary_failures=%d]", type(exc).__name__, exc, self.summary_failures,
+            )
+            return False
+        text = text.strip() if isinstance(text, str) else ""
+        summary_message = {"role": "user", "content": f"{SUMMARY_MESSAGE_HEADER}\n{text}"}
+        summary_tokens = int(self.token_counter.count_message(summary_message))
+        stats["summary_tokens"] = summary_tokens
+        if not text or summary_tokens >= span_tokens:
+            self.summaries_refused += 1
+            self._refused_span = (span_ids[0], span_ids[-1])
+            stats["outcome"] = "refused"
+            logger.warning(
+                "summary refused: %s (%d tokens for a span of %d); history left untouched "
+                "[summaries_refused=%d]",
+                "it was empty" if not text else "it is not smaller than the span it replaces",
+                summary_tokens, span_tokens, self.summaries_refused,
+            )
+            return False
+        self._summaries.append(
+            _Summary(
+                id=f"s{len(self._summaries) + 1}", start=span[0], end=span[-1] + 1,
+                message=summary_message, tokens=summary_tokens,
+            )
+        )
+        self._covered_upto = span[-1] + 1
+        self.compactions += 1
+        stats["outcome"] = "compacted"
+        logger.debug(
+            "compacted %d messages (%d tokens) into %d tokens, forked=%s",
+            len(span), span_tokens, summary_tokens, fork,
+        )
+        return True
+
+    def _predicate(self, span_tokens: int, stats: dict[str, Any]) -> bool:
+        """Decide, for an aligned fork, whether it is worth its prefix. True means fork."""
+        min_ratio = self._min_span_ratio()
+        if min_ratio is None:
+            return True  # predicate off: not even evaluated
+        assert self._sent is not None
+        prefix_tokens = self._sent.tokens
+        span_ratio = span_tokens / prefix_tokens if prefix_tokens > 0 else None
+        stats["span_measure"] = {
+            "span_tokens": span_tokens,
+            "prefix_tokens": prefix_tokens,
+            "span_ratio": span_ratio,
+            "min_span_ratio": min_ratio,
+        }
+        if span_ratio is None:
+            return True  # a zero-token prefix gives no opinion
+        if span_ratio >= min_ratio:
+            return True
+        if math.isinf(min_ratio):
+            kind = "cold-cache"
+        elif min_ratio > 1:
+            kind = "ratio-above-one"
+        else:
+            kind = "span-below-ratio"
+        self.fork_declines += 1
+        stats["decline_reason"] = kind
+        level = logging.INFO if kind not in self._declined_kinds else logging.DEBUG
+        self._declined_kinds.add(kind)
+        logger.log(
+            level,
+            "summarizer fork declined (%s): span ratio %.4f = %d/%d is below "
+            "summary_fork_min_span_ratio %.4f, a standalone call is cheaper; sending it "
+            "instead [fork_declines=%d; later declines of this kind log at DEBUG]",
+            kind, span_ratio, span_tokens, prefix_tokens, min_ratio, self.fork_declines,
+        )
+        return False
+
+    def __repr__(self) -> str:
+        return (
+            f"ContextManager(max_tokens={self.max_tokens}, summary_call_mode={self._mode!r}, "
+            f"summary_fork_min_span_ratio={self._ratio_value!r}, messages={len(self._history)}, "
+            f"summaries={len(self._summaries)})"
+        )
+
+
+def _render_for_transcript(message: Mapping[str, Any]) -> str:
+    role = message.get("role", "?")
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif content is None:
+        text = ""
+    else:
+        text = json.dumps(content, sort_keys=True, default=str)
+    if role == "tool":
+        return f"tool result [{message.get('tool_call_id')}]: {text}"
+    line = f"{role}: {text}" if text else f"{role}:"
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function", {}) if isinstance(call, Mapping) else {}
+        args = fn.get("arguments", "")
+        if not isinstance(args, str):
+            args = json.dumps(args, sort_keys=True)
+        line += f"\n{role} called {fn.get('name', '?')}({args}) [{call.get('id')}]"
+    return line
+
+
+# --------------------------------------------------------------------------- mount
+
+_CONSTRUCTOR_KEYS = (
+    "max_tokens", "summary_trigger", "target_usage", "protected_recent",
+    "summary_call_mode", "summary_fork_min_span_ratio", "token_counter",
+)
+_MOUNT_KEYS = (*_CONSTRUCTOR_KEYS, "rate_card", "cache_hit_fraction", "summary_model")
+
+
+def mount(config: Mapping[str, Any], *, provider: Provider) -> ContextManager:
+    """Build a :class:`ContextManager` from a config mapping.
+
+    Configuration files and agent harnesses carry the context settings as plain keys;
+    this threads every one of them, both fork knobs included, into the manager, and
+    refuses keys it does not know rather than ignoring a typo.
+
+    Args:
+        config: ``max_tokens`` (required) and optionally ``summary_trigger``,
+            ``target_usage``, ``protected_recent``, ``summary_call_mode``,
+            ``summary_fork_min_span_ratio``, ``token_counter``, ``rate_card`` (a
+            :class:`RateCard` or a mapping of its fields), ``cache_hit_fraction`` and
+            ``summary_model``.
+        provider: where summary calls go.
+
+    Returns:
+        The configured manager.
+
+    Raises:
+        ContractError: ``config`` is not a mapping, misses ``max_tokens``, has an unknown
+            key, or holds a bad value (named).
+    """
+    if not isinstance(config, Mapping):
+        raise _ContractTypeError(f"mount(config={config!r}): pass a mapping of context settings")
+    unknown = sorted(set(config) - set(_MOUNT_KEYS))
+    if unknown:
+        raise ContractError(f"mount(config=...) has unknown keys {unknown}; known keys: {list(_MOUNT_KEYS)}")
+    if "max_tokens" not in config:
+        raise ContractError("mount(config=...) needs 'max_tokens', the context budget in tokens")
+    kwargs = {k: config[k] for k in _CONSTRUCTOR_KEYS if k in config}
+    manager = ContextManager(provider, **kwargs)
+    if config.get("rate_card") is not None:
+        manager.rate_card = config["rate_card"]
+    if "cache_hit_fraction" in config:
+        manager.cache_hit_fraction = config["cache_hit_fraction"]
+    if config.get("summary_model") is not None:
+        model = config["summary_model"]
+        if not isinstance(model, str):
+            raise _ContractTypeError(f"summary_model={model!r}: pass a model name as a str, or None")
+        manager.summary_model = model
+    return manager
