@@ -29,13 +29,37 @@ __all__ = [
     "LLMAgent",
     "Provider",
     "Usage",
+    "current_worker",
     "estimate_tokens",
     "usage_phase",
+    "worker_scope",
 ]
 
 log = logging.getLogger("agentdescent.agents")
 
 _PHASE = threading.local()
+_WORKER = threading.local()
+
+
+@contextlib.contextmanager
+def worker_scope(worker_id: int | None) -> Iterator[None]:
+    """Mark the calls made *in this thread* inside the block as worker ``worker_id``'s.
+
+    The engines wrap each worker's rollout, proposal and self-verify calls in it, so an
+    agent can keep per-worker state (``LLMAgent(conversation=True)`` keeps one
+    conversation per worker) without the Agent protocol carrying a worker id.
+    """
+    previous = getattr(_WORKER, "id", None)
+    _WORKER.id = worker_id
+    try:
+        yield
+    finally:
+        _WORKER.id = previous
+
+
+def current_worker() -> int | None:
+    """The worker id set by :func:`worker_scope` in this thread, or None outside a worker."""
+    return getattr(_WORKER, "id", None)
 
 
 @contextlib.contextmanager
@@ -191,6 +215,18 @@ class Agent(Protocol):
     Both methods are called from worker threads, possibly concurrently.
     """
 
+    def _converse(self, user: str) -> str:
+        """Send ``user`` inside this worker's conversation (compacted when it grows)."""
+        worker = current_worker()
+        key = worker if worker is not None else f"thread-{threading.get_ident()}"
+        cm = self._conversation_for(key)
+        cm.add_message({"role": "user", "content": user})
+        view = cm.get_messages_for_request()
+        text = self._call(view)
+        cm.note_request_sent(view, model=self.model)
+        cm.add_message({"role": "assistant", "content": text})
+        return text
+
     def solve(self, rendered: str, task: Task) -> str:
         """Run ``task`` with the rendered artifact and return the output."""
         ...
@@ -331,6 +367,12 @@ class LLMAgent:
         max_tokens: passed as ``max_tokens=`` (``None``: the provider's default).
         temperature: passed as ``temperature=`` (``None``: the provider's default).
         usage: the meter to record into (see above).
+        conversation: keep one conversation per worker for proposals across rounds, so
+            the proposer remembers what it suggested before; each conversation is a
+            :class:`~agentdescent.context.ContextManager` that compacts itself.
+        context_max_tokens: the window of each conversation.
+        context_options: more ``ContextManager`` arguments (``summary_call_mode``,
+            ``summary_fork_min_span_ratio``, ``summary_trigger``, ...).
 
     Attributes:
         usage: the agent's token meter.
@@ -352,6 +394,9 @@ class LLMAgent:
         max_tokens: int | None = None,
         temperature: float | None = None,
         usage: Usage | None = None,
+        conversation: bool = False,
+        context_max_tokens: int = 16000,
+        context_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not callable(getattr(provider, "complete", None)):
             raise TypeError(
@@ -381,6 +426,25 @@ class LLMAgent:
         self._lock = threading.Lock()
         self.empty_replies = 0
         self.declined = 0
+        self.conversation = bool(conversation)
+        if isinstance(context_max_tokens, bool) or not isinstance(context_max_tokens, int) or context_max_tokens < 256:
+            raise ValueError(f"context_max_tokens={context_max_tokens!r}: use an int >= 256")
+        self.context_max_tokens = context_max_tokens
+        self.context_options = dict(context_options or {})
+        self.conversations: dict[Any, Any] = {}
+        if self.conversation:
+            self._conversation_for(None)  # fail fast on bad context_options
+
+    def _conversation_for(self, key: Any) -> Any:
+        """The compacting conversation of one worker (created on first use)."""
+        from .context import ContextManager  # context imports this module
+
+        with self._lock:
+            if key not in self.conversations:
+                self.conversations[key] = ContextManager(
+                    self.provider, max_tokens=self.context_max_tokens, **self.context_options
+                )
+            return self.conversations[key]
 
     def __repr__(self) -> str:
         return f"LLMAgent(provider={self.provider!r}, model={self.model!r})"
@@ -406,6 +470,18 @@ class LLMAgent:
                 call = Usage()
                 call.record(estimate_tokens(prompt), estimate_tokens(text), 0)
             self.usage.add(call)
+        return text
+
+    def _converse(self, user: str) -> str:
+        """Send ``user`` inside this worker's conversation (compacted when it grows)."""
+        worker = current_worker()
+        key = worker if worker is not None else f"thread-{threading.get_ident()}"
+        cm = self._conversation_for(key)
+        cm.add_message({"role": "user", "content": user})
+        view = cm.get_messages_for_request()
+        text = self._call(view)
+        cm.note_request_sent(view, model=self.model)
+        cm.add_message({"role": "assistant", "content": text})
         return text
 
     def solve(self, rendered: str, task: Task) -> str:
@@ -446,7 +522,10 @@ class LLMAgent:
             reward=float(reward),
             task_id=task.id,
         )
-        text = self._call([{"role": "user", "content": user}])
+        if self.conversation:
+            text = self._converse(user)
+        else:
+            text = self._call([{"role": "user", "content": user}])
         lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
         if lines and _NONE_REPLY.fullmatch(lines[0]):
             with self._lock:

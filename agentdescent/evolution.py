@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .agents import Usage, usage_phase
+from .agents import Usage, usage_phase, worker_scope
 from .aggregator import Aggregator, AggregatorConfig
 from .allocator import AllocatorPolicy, pre_spend_context
 from .budget import BudgetGovernor
@@ -392,7 +392,7 @@ class RunEnv:
     # ----------------------------------------------------------------- backend calls
 
     def call(self, fn: Callable[..., Any], *args: Any, what: str, phase: str,
-             attempts: int = BACKEND_ATTEMPTS) -> Any:
+             attempts: int = BACKEND_ATTEMPTS, worker: int | None = None) -> Any:
         """Call a backend with bounded retries; raise :class:`BackendFailure` when it keeps failing.
 
         Tokens the call records are attributed to ``phase`` (see
@@ -402,7 +402,7 @@ class RunEnv:
         last: BaseException | None = None
         for attempt in range(1, attempts + 1):
             try:
-                with usage_phase(phase):
+                with usage_phase(phase), worker_scope(worker):
                     return fn(*args)
             except (ContractError, GovernanceError):
                 raise
@@ -601,7 +601,8 @@ class Rollout:
 def rollout_step(env: RunEnv, worker_id: int, task: Task, version: int, state: Mapping[str, str]) -> Rollout:
     """Roll ``task`` out on the worker's snapshot (raises :class:`BackendFailure`)."""
     rendered = env.strategy.render(state)
-    output = env.call(env.solve, rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}", phase="rollout")
+    output = env.call(env.solve, rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}", phase="rollout",
+                      worker=worker_id)
     if not isinstance(output, str):
         raise ContractError(
             f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
@@ -639,7 +640,8 @@ def card_step(env: RunEnv, rollout: Rollout, advantage: float) -> EvidenceCard |
         return None
     task = rollout.task
     proposal = env.call(env.propose, rollout.rendered, task, rollout.output, rollout.reward,
-                        what=f"worker {rollout.worker_id} proposal for task {task.id!r}", phase="proposal")
+                        what=f"worker {rollout.worker_id} proposal for task {task.id!r}", phase="proposal",
+                        worker=rollout.worker_id)
     env.counters.add("proposals")
     if proposal is not None and not isinstance(proposal, str):
         raise ProposalContractError(
@@ -661,7 +663,7 @@ def card_step(env: RunEnv, rollout: Rollout, advantage: float) -> EvidenceCard |
             patched = env.strategy.render(diff.apply(rollout.state))
             out = env.call(env.solve, patched, task,
                            what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",
-                           phase="self_verify")
+                           phase="self_verify", worker=rollout.worker_id)
             card.before_after_delta = env.score(task, str(out)) - rollout.reward
             env.counters.add("self_verify_rollouts")
         else:
