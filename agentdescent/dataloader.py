@@ -15,7 +15,6 @@ anything outside the cache root, and must never unpickle: the cache holds JSON o
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import json
 import logging
 import math
@@ -25,11 +24,11 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from ._http import parse_retry_after
 from .types import AgentDescentError, ContractError, stable_hash
 
 __all__ = [
@@ -459,23 +458,8 @@ def _backoff(attempt: int) -> float:
 
 
 def _retry_after(response: Any) -> float | None:
-    value = response.headers.get("Retry-After")
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        seconds = (when - datetime.now(timezone.utc)).total_seconds()
-    if not math.isfinite(seconds):
-        return None
-    return min(_RETRY_AFTER_CAP, max(0.0, seconds))
+    seconds = parse_retry_after(response.headers)
+    return None if seconds is None else min(_RETRY_AFTER_CAP, seconds)
 
 
 def _snippet(text: str, size: int = 200) -> str:

@@ -16,12 +16,10 @@ attribute.
 
 from __future__ import annotations
 
-import email.utils
 import importlib
 import inspect
 import json
 import logging
-import math
 import os
 import random
 import re
@@ -31,6 +29,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ._http import parse_retry_after
 from .agents import Completion, Usage, estimate_tokens
 from .types import ProviderError
 
@@ -247,32 +246,6 @@ class _Redactor:
             text = text.replace(self._secret, "[redacted]")
         text = self._MASKED.sub("[redacted]", text)
         return self._WORD.sub(lambda m: "[redacted]" if self._leaks(m.group(0)) else m.group(0), text)
-
-
-def _parse_retry_after(headers: Any) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` / ``Retry-After`` (seconds or HTTP date)."""
-    if headers is None:
-        return None
-    try:
-        ms = headers.get("retry-after-ms")
-        if ms is not None:
-            return max(0.0, float(ms) / 1000.0)
-        value = headers.get("retry-after")
-    except (AttributeError, TypeError, ValueError):
-        return None
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = when.timestamp() - time.time()
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
 
 
 def _server_message(exc: Any) -> str:
@@ -524,7 +497,7 @@ class _SDKProvider:
             return "connection", None, None
         if isinstance(exc, sdk.APIStatusError):
             status = int(exc.status_code)
-            retry_after = _parse_retry_after(getattr(exc.response, "headers", None))
+            retry_after = parse_retry_after(getattr(exc.response, "headers", None))
             if status in (401, 403):
                 return "auth", status, None
             if status == 429:

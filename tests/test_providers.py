@@ -16,6 +16,7 @@ import threading
 import pytest
 
 from agentdescent import ProviderError
+from agentdescent._http import parse_retry_after
 from agentdescent.agents import Completion, Usage
 from agentdescent.providers import (
     AnthropicProvider,
@@ -27,7 +28,6 @@ from agentdescent.providers import (
     ProviderResponseError,
     ProviderTimeoutError,
     ProviderUnavailableError,
-    _parse_retry_after,
     _Redactor,
     anthropic,
     from_callable,
@@ -604,14 +604,14 @@ def test_redactor_scrubs_whole_partial_and_masked_keys():
 
 
 def test_parse_retry_after_forms():
-    assert _parse_retry_after({"retry-after": "2"}) == 2.0
-    assert _parse_retry_after({"retry-after": "0.5"}) == 0.5
-    assert _parse_retry_after({"retry-after-ms": "250"}) == 0.25
-    assert _parse_retry_after({"retry-after": "-3"}) == 0.0
-    assert _parse_retry_after({"retry-after": "soon"}) is None
-    assert _parse_retry_after({}) is None
-    assert _parse_retry_after(None) is None
-    past = _parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})
+    assert parse_retry_after({"retry-after": "2"}) == 2.0
+    assert parse_retry_after({"retry-after": "0.5"}) == 0.5
+    assert parse_retry_after({"retry-after-ms": "250"}) == 0.25
+    assert parse_retry_after({"retry-after": "-3"}) == 0.0
+    assert parse_retry_after({"retry-after": "soon"}) is None
+    assert parse_retry_after({}) is None
+    assert parse_retry_after(None) is None
+    past = parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})
     assert past == 0.0
 
 
