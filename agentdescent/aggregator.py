@@ -133,6 +133,7 @@ class _Intake:
 
     etas: list[int] = field(default_factory=list)
     pooled: list[EvidenceCard] = field(default_factory=list)
+    set_aside: list[EvidenceCard] = field(default_factory=list)
 
 
 @dataclass
@@ -289,6 +290,10 @@ class Aggregator:
         self.counters["discarded_stale"] += report.discarded_stale
         self.eta_histogram.update(intake.etas)
         self.evidence_pool.extend(intake.pooled)
+        # Survivors that lost to a better single keep their evidence in the pool too
+        # (counted apart: they were not judged, only outranked).
+        self.evidence_pool.extend(intake.set_aside)
+        self.counters["set_aside"] += len(intake.set_aside)
 
     # ------------------------------------------------------------------ prepare
 
@@ -364,6 +369,7 @@ class Aggregator:
             )
 
         survivors, dropped = resolve_conflicts(survivors, cheap_with)
+        intake.pooled.extend(dropped)  # the weaker side of a contradiction keeps its evidence
         notes = []
         if oversized:
             notes.append(f"{oversized} oversized")
@@ -383,6 +389,7 @@ class Aggregator:
                     chosen, fused, contributors = union, True, survivors
                 else:
                     chosen, fused, contributors = best.diff, False, [best]
+                    intake.set_aside.extend(c for c in survivors if c is not best)
                 notes.append("tournament")
             elif cheap_with(union) > cheap_head():
                 chosen, fused, contributors = union, True, survivors
@@ -392,6 +399,7 @@ class Aggregator:
                 self.counters["tournaments_on_demand"] += 1
                 best = rank_cards(survivors, cheap_with)[0][1]
                 chosen, fused, contributors = best.diff, False, [best]
+                intake.set_aside.extend(c for c in survivors if c is not best)
                 notes.append("union did not beat the head; best single kept")
         return _Prepared(
             artifact_id=artifact_id,

@@ -108,24 +108,22 @@ class _AsyncRun:
         self.pacing_waits = 0
         self.backpressure_waits = 0
         self.resyncs = 0
+        self.merge_steps = 0
         self.cycle = TaskCycle(env.train, env.seed)
         self.groups = _GroupTracker()
 
     # ------------------------------------------------------------------ admission
 
-    def _pacing_allows(self, head: int) -> bool:
-        """Admit only if every in-flight item can still be merged within ``alpha`` versions.
+    def _pacing_allows(self) -> bool:
+        """The AReaL capacity rule: at most ``(alpha + v + 1) * batch`` rollouts admitted by step v.
 
-        An item's staleness at merge is its age now (head - snapshot) plus at most one
-        commit per other item merged before it; admitting one more item adds one such
-        commit to every item in flight. So the invariant
-        ``age_i + (items in flight besides i) <= alpha`` for every item, checked with
-        the new item counted, bounds eta at merge by ``alpha`` by construction.
+        ``batch`` is the number of workers and ``v`` counts the merger's sweeps (each
+        can move the head at most once; counting every sweep keeps admission live when
+        rollouts stop producing cards). Every admitted rollout
+        starts on the current head, so a rollout admitted under this cap sees, in
+        expectation, no more than ``alpha`` commits before it is merged.
         """
-        n = len(self.inflight) + 1
-        if n - 1 > self.alpha:
-            return False
-        return all(head - snap + (n - 1) <= self.alpha for snap in self.inflight.values())
+        return self.admitted < (self.alpha + self.merge_steps + 1) * self.n_workers
 
     def admit(self, w: int, snapshot: tuple[int, dict[str, str]] | None) -> tuple[int, tuple[int, dict[str, str]]] | None:
         """Block until worker ``w`` may start a rollout; return (ticket, snapshot) or None to exit."""
@@ -143,7 +141,7 @@ class _AsyncRun:
                     self.cond.wait(0.05)
                     continue
                 head = env.ledger.versions()[self.aid]
-                if self.pacing and not self._pacing_allows(head):
+                if self.pacing and not self._pacing_allows():
                     self.pacing_waits += 1
                     self.cond.wait(0.05)
                     continue
@@ -227,9 +225,12 @@ class _AsyncRun:
             return self.exited >= self.n_workers and not self.queue
 
     def settle(self, items: Sequence[_Item]) -> None:
+        """Mark merged items done (after a sweep); every sweep is one pacing step."""
         with self.cond:
             for item in items:
                 self.inflight.pop(item.admitted_at, None)
+            if items:
+                self.merge_steps += 1
             self.cond.notify_all()
 
 
@@ -356,6 +357,14 @@ def async_evolve(
         max_pending=max_pending or 2 * n_workers, stall_sweeps=stall_sweeps or max(3, n_workers),
     )
     state.fatal = None
+    policy_name = getattr(env.aggregator.staleness_policy, "name", "")
+    if policy_name == "guarded" and async_ratio > state.alpha:
+        logger.warning(
+            "async_ratio=%d is above the staleness tolerance alpha=%d of artifact %r under the "
+            "guarded policy: cards built %d..%d versions behind will be discarded. Set "
+            "async_ratio <= %d, use pacing=True, or the reflective policy",
+            async_ratio, state.alpha, artifact_id, state.alpha + 1, async_ratio, state.alpha,
+        )
     try:
         return _merge_loop(state, stops, on_round, progress, grace_seconds)
     finally:
@@ -418,7 +427,8 @@ def _merge_loop(run: _AsyncRun, stops: StopRules, on_round: Callable[[RoundInfo]
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(reward=f"{held:.3f}", commits=sum(h.committed for h in history))
-                sweeps_without_commit = 0 if counts["committed"] else sweeps_without_commit + 1
+                if cards:  # a sweep with nothing to merge says nothing about a stall
+                    sweeps_without_commit = 0 if counts["committed"] else sweeps_without_commit + 1
                 if sweeps_without_commit >= run.stall_sweeps:
                     with run.cond:
                         run.force = [True] * run.n_workers
