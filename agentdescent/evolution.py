@@ -378,16 +378,35 @@ class _Counters:
             return dict(sorted(self._c.items()))
 
 
+@dataclass
 class RunEnv:
     """Everything a worker step and a merge need, shared by the sync and async runtimes.
 
     Built by :func:`build_env`; not part of the public API.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        self.__dict__.update(kwargs)
-        self.counters = _Counters()
-        self.last_error: BaseException | None = None
+    train: list[Task]
+    held_out: list[Task]
+    strategy: Strategy
+    solve: Callable[[str, Task], str]
+    propose: Callable[..., str | None]
+    reward: Callable[[Task, str], float]
+    usage: Usage
+    ledger: Ledger
+    owns_ledger: bool
+    executor: concurrent.futures.Executor | None
+    owns_executor: bool
+    artifact_id: str
+    blast_radius: float
+    self_verify: bool
+    governor: BudgetGovernor
+    seed: int
+    n_workers: int
+    evaluator: RolloutEvaluator | None = None
+    aggregator: Aggregator | None = None
+    counters: _Counters = field(default_factory=lambda: _Counters())
+    last_error: BaseException | None = None
+    failed_merges_in_a_row: int = 0
 
     # ----------------------------------------------------------------- backend calls
 
@@ -430,7 +449,7 @@ class RunEnv:
             held = sum(self.aggregator.head_scores(self.artifact_id)) / len(self.held_out)
         except BackendFailure:
             self.counters.add("merge_failures")
-            self.failed_merges_in_a_row = getattr(self, "failed_merges_in_a_row", 0) + 1
+            self.failed_merges_in_a_row += 1
             if self.failed_merges_in_a_row >= MERGE_FAILURES_TOLERATED:
                 raise
             logger.warning("merge failed (%d in a row); the cards wait for the next merge",
@@ -560,7 +579,7 @@ def build_env(
         stop_on_diminishing=stop_on_diminishing_returns,
     )
     env = RunEnv(
-        train=train, held_out=held_out, cheap_tasks=cheap_tasks, strategy=strategy,
+        train=train, held_out=held_out, strategy=strategy,
         solve=solve, propose=propose_fn, reward=reward, usage=usage, ledger=led,
         owns_ledger=owns_ledger, executor=executor, owns_executor=owns_executor,
         artifact_id=artifact_id, blast_radius=stored_blast, self_verify=bool(self_verify),
