@@ -571,6 +571,12 @@ def build_env(
     led.register(artifact_id, state0, blast_radius)
     stored_blast = led.blast_radius(artifact_id)  # a resumed artifact keeps its own (the ledger warns)
 
+    if isinstance(executor, concurrent.futures.ProcessPoolExecutor):
+        raise ValueError(
+            "executor= is a ProcessPoolExecutor: the workers share the run's token meter, "
+            "ledger handle and score cache, which cannot cross processes; pass a "
+            "ThreadPoolExecutor (or max_concurrency=N)"
+        )
     owns_executor = executor is None and max_concurrency > 1
     if owns_executor:
         executor = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="agentdescent")

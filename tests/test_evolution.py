@@ -589,3 +589,12 @@ def test_self_verify_off_runs_no_self_verify_rollouts():
     assert on.counters.get("self_verify_rollouts", 0) > 0
     assert off.counters.get("self_verify_rollouts", 0) == 0
     assert all(r.stop_reason in STOP_REASONS for r in (on, off))
+
+
+def test_a_process_pool_executor_is_refused_with_the_reason():
+    import concurrent.futures
+
+    from agentdescent.domains.router import RouterDomain
+
+    with concurrent.futures.ProcessPoolExecutor(1) as pool, pytest.raises(ValueError, match="ThreadPoolExecutor"):
+        evolve(**RouterDomain().evolve_kwargs(), rounds=1, executor=pool)
