@@ -109,6 +109,7 @@ class _AsyncRun:
         self.backpressure_waits = 0
         self.resyncs = 0
         self.merge_steps = 0
+        self.fatal: BaseException | None = None  # a contract error raised in a worker
         self.cycle = TaskCycle(env.train, env.seed)
         self.groups = _GroupTracker()
 
@@ -356,7 +357,6 @@ def async_evolve(
         env, n_workers=n_workers, async_ratio=async_ratio, max_iters=max_iters, pacing=pacing,
         max_pending=max_pending or 2 * n_workers, stall_sweeps=stall_sweeps or max(3, n_workers),
     )
-    state.fatal = None
     policy_name = getattr(env.aggregator.staleness_policy, "name", "")
     if policy_name == "guarded" and async_ratio > state.alpha:
         logger.warning(
