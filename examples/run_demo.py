@@ -4,6 +4,7 @@ Run from the repository root::
 
     python -m examples.run_demo                 # temporary SQLite ledger
     python -m examples.run_demo --ledger run.db # keep the ledger; run again to resume
+    python -m examples.run_demo --refresh-interval 4   # workers keep stale snapshots
 
 Four workers evolve one routing skill together, merging every round through a SQLite
 ledger (staleness filter, conflict resolution, fusion, Beta-posterior acceptance,
@@ -36,14 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledger", type=Path, default=None,
                         help="SQLite ledger file to keep (a second run resumes it); default: a temporary one")
     parser.add_argument("--seed", type=int, default=0, help="seed of the domain and the run (default 0)")
-    parser.add_argument("--rounds", type=int, default=12, help="sync rounds (default 12)")
+    parser.add_argument("--rounds", type=int, default=15, help="sync rounds (default 15)")
     parser.add_argument("--workers", type=int, default=4, help="workers (default 4)")
+    parser.add_argument("--refresh-interval", type=int, default=1,
+                        help="rounds a worker keeps its snapshot; above 1 diffs can be stale (default 1)")
     parser.add_argument("--noise", type=float, default=0.25,
                         help="probability that a proposal names a wrong label (default 0.25)")
     parser.add_argument("--progress", action="store_true", help="show progress bars")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.workers < 1:
-        parser.error("--rounds and --workers must be at least 1")
+    if args.rounds < 1 or args.workers < 1 or args.refresh_interval < 1:
+        parser.error("--rounds, --workers and --refresh-interval must be at least 1")
 
     with tempfile.TemporaryDirectory(prefix="agentdescent-demo-") as tmp:
         ledger_path = args.ledger if args.ledger is not None else Path(tmp) / "ledger.sqlite"
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         merged = evolve(
             **domain.evolve_kwargs(), artifact_id="router", rounds=args.rounds,
             n_workers=args.workers, seed=args.seed, ledger=ledger_path, progress=args.progress,
+            refresh_interval=args.refresh_interval,
         )
         rows = [
             [h.index, f"{h.held_out_reward:.3f}", h.committed, h.fused, h.discarded_stale,
