@@ -9,7 +9,7 @@ rules, the result — is the sync runtime's, reused.
 Safety rules it owns: a worker resyncs once the head is more than ``async_ratio``
 versions past its snapshot; a stall guard forces resyncs after a run of sweeps with no
 commit (``forced_refreshes``); backpressure holds workers while the merger is behind;
-optional admission pacing bounds staleness at merge time by construction; shutdown
+optional admission pacing keeps the expected staleness at merge within alpha; shutdown
 returns within a grace period even with a stuck rollout, and a result that arrives
 after the stop is never merged.
 """
@@ -314,9 +314,10 @@ def async_evolve(
         usage: see :func:`~agentdescent.evolve`.
         on_round: called with each sweep's :class:`RoundInfo`.
         progress: show a progress bar of sweeps.
-        pacing: admission pacing: admit a rollout only while every rollout in flight can
-            still merge within alpha versions, so guarded stops paying for rollouts it
-            would discard.
+        pacing: admission pacing (the AReaL capacity rule): at most
+            ``(alpha + v + 1) * n_workers`` rollouts admitted by merger sweep ``v``, each
+            starting on the current head, so the expected staleness at merge stays
+            within alpha and guarded stops paying for rollouts it would discard.
         max_pending: queued cards at which workers wait for the merger (default 2 x workers).
         stall_sweeps: sweeps without a commit after which every worker is forced to
             resync (default max(3, n_workers)).
