@@ -31,6 +31,7 @@ __all__ = [
     "Usage",
     "current_worker",
     "estimate_tokens",
+    "thread_tokens",
     "usage_phase",
     "worker_scope",
 ]
@@ -55,6 +56,15 @@ def worker_scope(worker_id: int | None) -> Iterator[None]:
         yield
     finally:
         _WORKER.id = previous
+
+
+def thread_tokens() -> int:
+    """Tokens recorded by *this thread* on any :class:`Usage` meter since it started.
+
+    The engines read it before and after a worker's calls to put the card's own cost on
+    the evidence card (``cost_tokens``) without any meter per card.
+    """
+    return getattr(_PHASE, "tokens", 0)
 
 
 def current_worker() -> int | None:
@@ -135,6 +145,7 @@ class Usage:
         if any(int(v) < 0 for v in values):
             raise ValueError(f"Usage.record got a negative count: {values!r}")
         phase = getattr(_PHASE, "name", None) or "other"
+        _PHASE.tokens = getattr(_PHASE, "tokens", 0) + int(prompt_tokens) + int(completion_tokens)
         with self._lock:
             self._phases[phase] = self._phases.get(phase, 0) + int(prompt_tokens) + int(completion_tokens)
             self.prompt_tokens += int(prompt_tokens)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .agents import Usage, usage_phase, worker_scope
+from .agents import Usage, thread_tokens, usage_phase, worker_scope
 from .aggregator import Aggregator, AggregatorConfig
 from .allocator import AllocatorPolicy, pre_spend_context
 from .budget import BudgetGovernor
@@ -621,11 +621,13 @@ class Rollout:
     rendered: str
     output: str
     reward: float
+    tokens: int = 0
 
 
 def rollout_step(env: RunEnv, worker_id: int, task: Task, version: int, state: Mapping[str, str]) -> Rollout:
     """Roll ``task`` out on the worker's snapshot (raises :class:`BackendFailure`)."""
     rendered = env.strategy.render(state)
+    tokens_before = thread_tokens()
     output = env.call(env.solve, rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}", phase="rollout",
                       worker=worker_id)
     if not isinstance(output, str):
@@ -633,7 +635,8 @@ def rollout_step(env: RunEnv, worker_id: int, task: Task, version: int, state: M
             f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
         )
     env.counters.add("rollouts")
-    return Rollout(worker_id, task, version, dict(state), rendered, output, env.score(task, output))
+    return Rollout(worker_id, task, version, dict(state), rendered, output,
+                   env.score(task, output), thread_tokens() - tokens_before)
 
 
 def group_advantages(rollouts: Sequence[Rollout]) -> list[float]:
@@ -664,6 +667,7 @@ def card_step(env: RunEnv, rollout: Rollout, advantage: float) -> EvidenceCard |
     if rollout.reward >= 1.0:
         return None
     task = rollout.task
+    tokens_before = thread_tokens()
     proposal = env.call(env.propose, rollout.rendered, task, rollout.output, rollout.reward,
                         what=f"worker {rollout.worker_id} proposal for task {task.id!r}", phase="proposal",
                         worker=rollout.worker_id)
@@ -694,6 +698,7 @@ def card_step(env: RunEnv, rollout: Rollout, advantage: float) -> EvidenceCard |
         else:
             card.before_after_delta = 0.0
             env.counters.add("self_verify_skipped")
+    card.cost_tokens = rollout.tokens + thread_tokens() - tokens_before
     env.counters.add("cards")
     return card
 

@@ -598,3 +598,29 @@ def test_a_process_pool_executor_is_refused_with_the_reason():
 
     with concurrent.futures.ProcessPoolExecutor(1) as pool, pytest.raises(ValueError, match="ThreadPoolExecutor"):
         evolve(**RouterDomain().evolve_kwargs(), rounds=1, executor=pool)
+
+
+def test_cards_carry_their_own_token_cost_whatever_the_concurrency():
+    import agentdescent.aggregator as aggregator_module
+    from agentdescent.domains.router import RouterDomain
+
+    costs: dict[int, list[int]] = {}
+    original = aggregator_module.Aggregator.ingest
+
+    for threads in (1, 4):
+        seen: list[int] = []
+
+        def ingest(self, card, _seen=seen):
+            _seen.append(card.cost_tokens)
+            return original(self, card)
+
+        aggregator_module.Aggregator.ingest = ingest
+        try:
+            result = evolve(**RouterDomain().evolve_kwargs(), rounds=3, max_concurrency=threads)
+        finally:
+            aggregator_module.Aggregator.ingest = original
+        costs[threads] = seen
+        assert seen and all(c > 0 for c in seen)
+        phases = result.usage.by_phase()
+        assert sum(seen) <= phases["rollout"] + phases["proposal"] + phases["self_verify"]
+    assert costs[1] == costs[4]
