@@ -82,6 +82,9 @@ class AggregatorConfig:
         fusion_tournament: rank the singles and the union on the cheap score and send
             the best forward (instead of the union whenever it beats the head).
         max_regressions: held-out tasks a candidate may regress (None: no guard).
+        fusion_requires_evidence: keep a survivor out of a union when its self-verify ran
+            and measured no gain while a partner's measured a gain (so a wrong but
+            neutral-looking diff cannot ride in on its partners' evidence).
         evidence_pool_size: discarded cards kept for later inspection.
     """
 
@@ -94,6 +97,7 @@ class AggregatorConfig:
     fusion_tournament: bool = False
     max_regressions: int | None = 0
     evidence_pool_size: int = 256
+    fusion_requires_evidence: bool = True
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.base_delta) and 0.0 < self.base_delta <= 0.5):
@@ -125,6 +129,24 @@ class _Prepared:
     discarded_stale: int
     conflicts_dropped: int
     notes: list[str] = field(default_factory=list)
+
+
+def _union_members(survivors: list[EvidenceCard]) -> list[EvidenceCard]:
+    """The survivors that may join a union.
+
+    When some survivor's self-verify measured a gain, a survivor whose self-verify ran
+    and measured no gain (delta <= 0) stays out: it brought no evidence of helping, and
+    inside a union that beats the head it would ride in on its partners' evidence
+    (neutral-looking wrong rules do exactly that). Cards whose self-verify was skipped
+    or never run are not judged by it.
+    """
+    def measured_no_gain(c: EvidenceCard) -> bool:
+        d = c.before_after_delta
+        return c.self_verified and d is not None and d <= 0
+
+    if not any(c.self_verified and (c.before_after_delta or 0) > 0 for c in survivors):
+        return list(survivors)
+    return [c for c in survivors if not measured_no_gain(c)]
 
 
 @dataclass
@@ -373,10 +395,13 @@ class Aggregator:
         notes = []
         if oversized:
             notes.append(f"{oversized} oversized")
-        if len(survivors) == 1:
-            chosen, fused, contributors = survivors[0].diff, False, [survivors[0]]
+        members = _union_members(survivors) if cfg.fusion_requires_evidence else list(survivors)
+        if len(members) == 1:
+            chosen, fused, contributors = members[0].diff, False, members
+            intake.set_aside.extend(c for c in survivors if c is not members[0])
         else:
-            union = union_diff([c.diff for c in survivors], artifact_id)
+            intake.set_aside.extend(c for c in survivors if not any(c is m for m in members))
+            union = union_diff([c.diff for c in members], artifact_id)
             tournament = cfg.fusion_tournament and (
                 self.tournament_gate is None or self.tournament_gate()
             )
@@ -386,20 +411,20 @@ class Aggregator:
                 ranked = rank_cards([*survivors, union_card], cheap_with)
                 best = ranked[0][1]
                 if best is union_card:
-                    chosen, fused, contributors = union, True, survivors
+                    chosen, fused, contributors = union, True, members
                 else:
                     chosen, fused, contributors = best.diff, False, [best]
-                    intake.set_aside.extend(c for c in survivors if c is not best)
+                    intake.set_aside.extend(c for c in members if c is not best)
                 notes.append("tournament")
             elif cheap_with(union) > cheap_head():
-                chosen, fused, contributors = union, True, survivors
+                chosen, fused, contributors = union, True, members
             else:
                 # The union does not beat the head on the cheap score: rank the singles
                 # so that a harmful diff cannot ride in on its partners' evidence.
                 self.counters["tournaments_on_demand"] += 1
                 best = rank_cards(survivors, cheap_with)[0][1]
                 chosen, fused, contributors = best.diff, False, [best]
-                intake.set_aside.extend(c for c in survivors if c is not best)
+                intake.set_aside = [c for c in survivors if c is not best]
                 notes.append("union did not beat the head; best single kept")
         return _Prepared(
             artifact_id=artifact_id,

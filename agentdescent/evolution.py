@@ -694,6 +694,7 @@ def card_step(env: RunEnv, rollout: Rollout, advantage: float) -> EvidenceCard |
                            what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",
                            phase="self_verify", worker=rollout.worker_id)
             card.before_after_delta = env.score(task, str(out)) - rollout.reward
+            card.self_verified = True
             env.counters.add("self_verify_rollouts")
         else:
             card.before_after_delta = 0.0

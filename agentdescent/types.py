@@ -260,6 +260,8 @@ class EvidenceCard:
             rollouts of the same base version (known before any optional spend).
         trajectory_refs: the tasks whose rollouts back the proposal.
         cost_tokens: tokens spent producing the card.
+        self_verified: the self-verify rollout actually ran (so ``before_after_delta`` is
+            a measurement, not the 0.0 a skipped self-verify records).
     """
 
     diff: Diff
@@ -268,6 +270,7 @@ class EvidenceCard:
     advantage: float | None
     trajectory_refs: list[Task] = field(default_factory=list)
     cost_tokens: int = 0
+    self_verified: bool = False
 
 
 class MergeOutcome(str, enum.Enum):

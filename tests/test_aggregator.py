@@ -895,3 +895,62 @@ def test_property_exactly_once_feedback(steps, tournament):
     assert len(alloc.calls) == sum(r.outcome.measured for r in all_reports)
     assert agg.counters["allocator_observations"] == len(alloc.calls)
     assert agg.pending() == 0
+
+
+# --------------------------------------------------------------------------- evidence-gated fusion
+
+
+class _KeyEvaluator:
+    """Held-out: one task per key in GOOD, solved when the state holds the key's good value."""
+
+    GOOD = {"a": "1", "b": "2", "c": "3"}
+
+    def _scores(self, state):
+        return [1.0 if state.get(k) == v else 0.0 for k, v in sorted(self.GOOD.items())]
+
+    def held_out(self, artifact_id, state):
+        return self._scores(state)
+
+    def cheap(self, artifact_id, state):
+        scores = self._scores(state)
+        return sum(scores) / len(scores)
+
+
+def _card(diff_id, ops, delta, verified=True, version=1):
+    from agentdescent import Diff, EvidenceCard
+
+    return EvidenceCard(Diff(diff_id, "art", ops), {"art": version}, delta, 0.0, [],
+                        self_verified=verified)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_a_verified_no_gain_diff_stays_out_of_a_union(gated):
+    from agentdescent import Aggregator, AggregatorConfig, MemoryLedger
+
+    ledger = MemoryLedger()
+    ledger.register("art", {}, 0.2)
+    agg = Aggregator(ledger, _KeyEvaluator(), AggregatorConfig(fusion_requires_evidence=gated))
+    agg.ingest(_card("good-a", {"a": "1"}, 1.0))
+    agg.ingest(_card("good-b", {"b": "2"}, 1.0))
+    agg.ingest(_card("neutral", {"zzz": "wrong"}, 0.0))  # verified, no gain, invisible on held-out
+    [report] = agg.step()
+    assert report.outcome.value == "committed" and report.fused
+    _, state = ledger.head("art")
+    assert state["a"] == "1" and state["b"] == "2"
+    assert ("zzz" in state) is (not gated)
+    if gated:
+        assert any(c.diff.diff_id == "neutral" for c in agg.evidence_pool)
+        assert agg.counters["set_aside"] == 1
+
+
+def test_a_skipped_self_verify_is_not_held_against_a_card():
+    from agentdescent import Aggregator, MemoryLedger
+
+    ledger = MemoryLedger()
+    ledger.register("art", {}, 0.2)
+    agg = Aggregator(ledger, _KeyEvaluator())
+    agg.ingest(_card("good-a", {"a": "1"}, 1.0))
+    agg.ingest(_card("skipped-b", {"b": "2"}, 0.0, verified=False))  # the budget skipped it
+    [report] = agg.step()
+    assert report.fused
+    assert ledger.head("art")[1] == {"a": "1", "b": "2"}
