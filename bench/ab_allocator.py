@@ -500,7 +500,7 @@ def _make_factory(args: argparse.Namespace) -> Callable[[int], Workload]:
         provider = providers.openai_compatible(args.model, base_url=args.base_url)
     else:
         provider = providers.anthropic(args.model, base_url=args.base_url)
-    return lambda seed: HotpotWorkload(rows, provider, seed, n_workers=args.workers)
+    return lambda seed: HotpotWorkload(rows, provider, seed, n_workers=args.workers, rounds=args.rounds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -513,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-start", type=float, default=None, help="passed to the allocator")
     parser.add_argument("--workers", type=int, default=2, help="workers per round (default 2)")
     parser.add_argument("--rows", type=int, default=100, help="HotpotQA rows for --source hf/modelscope")
+    parser.add_argument("--rounds", type=int, default=30, help="round cap for --source hf/modelscope (default 30)")
     parser.add_argument("--dataset", default=None, help="dataset id for --source hf/modelscope")
     parser.add_argument("--config", default="distractor", help="datasets-server config (--source hf)")
     parser.add_argument("--split", default="validation", help="datasets-server split (--source hf)")

@@ -87,9 +87,9 @@ def test_cli_source_hf_with_a_real_provider_runs_offline(tmp_path: Path, monkeyp
     try:
         with LLMServer(responder=_model) as llm:
             code = ab_allocator.main([
-                "--max-tokens", "200000", "--seeds", "0,1,2", "--source", "hf", "--rows", "24",
+                "--max-tokens", "6000", "--seeds", "0,1,2", "--source", "hf", "--rows", "24",
                 "--provider", "openai", "--model", "test-model", "--base-url", llm.openai_base_url,
-                "--workers", "2", "--json", str(out),
+                "--workers", "2", "--rounds", "4", "--json", str(out),
             ])
     finally:
         rows_server.close()
