@@ -1,10 +1,10 @@
 """Agents and the model seam: the token meter, completions, the Provider protocol.
 
 This module owns what an agent is to the engines (``solve`` and ``propose``), the
-thread-safe :class:`Usage` meter every token budget reads, the one primitive seam
-to a language model, :class:`Provider`, and :class:`LLMAgent`, the agent built on a
+thread-safe `Usage` meter every token budget reads, the one primitive seam
+to a language model, `Provider`, and `LLMAgent`, the agent built on a
 provider. It must not import a provider SDK: the adapters live in
-:mod:`agentdescent.providers` and load their SDKs lazily.
+`agentdescent.providers` and load their SDKs lazily.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def worker_scope(worker_id: int | None) -> Iterator[None]:
 
 
 def thread_tokens() -> int:
-    """Tokens recorded by *this thread* on any :class:`Usage` meter since it started.
+    """Tokens recorded by *this thread* on any `Usage` meter since it started.
 
     The engines read it before and after a worker's calls to put the card's own cost on
     the evidence card (``cost_tokens``) without any meter per card.
@@ -68,7 +68,7 @@ def thread_tokens() -> int:
 
 
 def current_worker() -> int | None:
-    """The worker id set by :func:`worker_scope` in this thread, or None outside a worker."""
+    """The worker id set by `worker_scope` in this thread, or None outside a worker."""
     return getattr(_WORKER, "id", None)
 
 
@@ -77,7 +77,7 @@ def usage_phase(name: str) -> Iterator[None]:
     """Attribute every token recorded *in this thread* inside the block to ``name``.
 
     The engines wrap their calls in phases (``"rollout"``, ``"proposal"``,
-    ``"self_verify"``, ``"evaluation"``) so that :meth:`Usage.by_phase` can say where
+    ``"self_verify"``, ``"evaluation"``) so that `Usage.by_phase` can say where
     a budget went, without providers or user callables knowing about phases: they
     record into the meter from the calling thread, and the meter reads the phase.
     """
@@ -166,7 +166,7 @@ class Usage:
         )
 
     def by_phase(self) -> dict[str, int]:
-        """Total tokens per phase (see :func:`usage_phase`); unattributed ones under ``"other"``."""
+        """Total tokens per phase (see `usage_phase`); unattributed ones under ``"other"``."""
         with self._lock:
             return dict(sorted(self._phases.items()))
 
@@ -211,7 +211,7 @@ class Provider(Protocol):
     must be thread-safe. Options the engines pass: ``model``, ``tools``,
     ``max_tokens``, ``temperature``; a provider ignores none silently (an option it
     cannot honour raises ``TypeError`` naming it). Failures are raised as
-    :class:`agentdescent.ProviderError` (or a subclass), never as SDK exceptions.
+    `agentdescent.ProviderError` (or a subclass), never as SDK exceptions.
     """
 
     def complete(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Completion:
@@ -350,7 +350,7 @@ def _check_template(template: Any, knob: str, fields: set[str], required: tuple[
 
 
 class LLMAgent:
-    """An :class:`Agent` whose rollouts and proposals are calls to a :class:`Provider`.
+    """An `Agent` whose rollouts and proposals are calls to a `Provider`.
 
     ``solve`` sends the rendered artifact as the system message and the task (through
     ``solve_template``) as the user message, and returns the reply. ``propose`` shows
@@ -370,17 +370,17 @@ class LLMAgent:
     Args:
         provider: anything with ``complete(messages, **options) -> Completion``.
         solve_template: ``str.format`` template of the solve user message; fields
-            ``{prompt}`` (required) and ``{task_id}``. Default :data:`DEFAULT_SOLVE_TEMPLATE`.
+            ``{prompt}`` (required) and ``{task_id}``. Default `DEFAULT_SOLVE_TEMPLATE`.
         propose_template: template of the propose user message; fields ``{artifact}``,
             ``{prompt}`` and ``{output}`` (both required), ``{reward}`` (a float),
-            ``{task_id}``. Default :data:`DEFAULT_PROPOSE_TEMPLATE`.
+            ``{task_id}``. Default `DEFAULT_PROPOSE_TEMPLATE`.
         model: passed as ``model=`` on every call (``None``: the provider's default).
         max_tokens: passed as ``max_tokens=`` (``None``: the provider's default).
         temperature: passed as ``temperature=`` (``None``: the provider's default).
         usage: the meter to record into (see above).
         conversation: keep one conversation per worker for proposals across rounds, so
             the proposer remembers what it suggested before; each conversation is a
-            :class:`~agentdescent.context.ContextManager` that compacts itself.
+            `ContextManager` that compacts itself.
         context_max_tokens: the window of each conversation.
         context_options: more ``ContextManager`` arguments (``summary_call_mode``,
             ``summary_fork_min_span_ratio``, ``summary_trigger``, ...).

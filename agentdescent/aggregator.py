@@ -6,9 +6,9 @@ allocator feedback. It is the only writer of the ledger in a run. It must not ca
 language model, read the clock or use the global RNG: given the same cards, ledger and
 evaluator it makes the same decisions.
 
-The path of one decision reads straight through: :meth:`Aggregator._prepare` (no
-held-out spend) -> :meth:`Aggregator._measure` (the held-out evaluation) ->
-:meth:`Aggregator._decide` (acceptance, oracle, CAS, and exactly one allocator report).
+The path of one decision reads straight through: `Aggregator._prepare` (no
+held-out spend) -> `Aggregator._measure` (the held-out evaluation) ->
+`Aggregator._decide` (acceptance, oracle, CAS, and exactly one allocator report).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class _Measurement:
 class Aggregator:
     """Merges evidence cards into the ledger, one decision per artifact per step.
 
-    Workers (any thread) call :meth:`ingest`; the merging thread calls :meth:`step`.
+    Workers (any thread) call `ingest`; the merging thread calls `step`.
     Every measured outcome (committed, below-threshold, oracle-rejected,
     cas-conflict) is reported to the allocator exactly once, with the pre-spend
     context of the attributable card: the first contributor of a fused candidate, or
@@ -176,9 +176,9 @@ class Aggregator:
 
     Args:
         ledger: where states are versioned and committed.
-        evaluator: scores states (see :class:`Evaluator`).
+        evaluator: scores states (see `Evaluator`).
         config: pipeline knobs.
-        staleness_policy: defaults to :class:`~agentdescent.staleness.GuardedStaleness`.
+        staleness_policy: defaults to `GuardedStaleness`.
         allocator: receives outcome feedback (optional).
         tournament_gate: a callable saying whether the optional fusion tournament is
             still affordable (the budget governor's ``allow_fusion_tournament``).
@@ -213,7 +213,7 @@ class Aggregator:
     # ------------------------------------------------------------------ intake
 
     def ingest(self, card: EvidenceCard) -> None:
-        """Queue a card for the next :meth:`step` (thread-safe).
+        """Queue a card for the next `step` (thread-safe).
 
         Raises:
             GovernanceError: the card targets a frozen (L0) artifact.
@@ -233,7 +233,7 @@ class Aggregator:
     def alpha_for(self, artifact_id: str) -> int:
         """The staleness tolerance of an artifact: ``alpha_head`` for L1, ``alpha_tail`` otherwise.
 
-        The one place alpha is chosen (from :func:`~agentdescent.governance.classify`);
+        The one place alpha is chosen (from `classify`);
         the engines' admission pacing asks here too.
         """
         layer = classify(ArtifactInfo(artifact_id, self._blast_radius(artifact_id)))
@@ -265,7 +265,7 @@ class Aggregator:
     # ------------------------------------------------------------------ step
 
     def step(self) -> list[MergeReport]:
-        """Merge every pending card: one :class:`MergeReport` per artifact with cards.
+        """Merge every pending card: one `MergeReport` per artifact with cards.
 
         If the evaluator or the ledger raises, the cards of the artifact being merged
         go back to the queue (nothing is lost) and the error propagates.

@@ -1,9 +1,9 @@
 """Value-directed budget allocation: which candidates still earn their self-verify rollout.
 
-This module owns the allocator seam (:class:`AllocatorPolicy`), the context it decides
-on (:class:`AllocatorContext`, built by :func:`pre_spend_context` only from what a
+This module owns the allocator seam (`AllocatorPolicy`), the context it decides
+on (`AllocatorContext`, built by `pre_spend_context` only from what a
 worker knows *before* the optional spend), a small online logistic model, and the
-learning :class:`ValueBudgetAllocator` with counterfactual exploration. It must not
+learning `ValueBudgetAllocator` with counterfactual exploration. It must not
 read the clock or the global RNG: its only randomness is its own seeded
 ``random.Random``.
 """
@@ -37,7 +37,7 @@ FEATURE_CLIP = 5.0
 class AllocatorContext:
     """What the allocator may know about a candidate.
 
-    Only :meth:`features` feed the model, and they use only pre-spend knowledge; the
+    Only `features` feed the model, and they use only pre-spend knowledge; the
     other fields are audit data (they may be filled in after the spend for logs).
 
     Args:
@@ -98,7 +98,7 @@ class AllocatorPolicy(Protocol):
     """Decides which candidates earn optional spend, and learns from merge outcomes.
 
     ``decide`` is called by workers (any thread) through
-    :meth:`agentdescent.budget.BudgetGovernor.candidate_worth`; ``observe`` is called by
+    `agentdescent.budget.BudgetGovernor.candidate_worth`; ``observe`` is called by
     the aggregator's ``_decide`` exactly once per measured merge outcome, from the
     merging thread. Implementations must be thread-safe.
     """
@@ -197,7 +197,7 @@ class ValueBudgetAllocator:
         min_observations: outcomes to see before any skip.
         min_weight: a non-bias weight must reach this magnitude before any skip.
         seed: seed of the allocator's private RNG.
-        model: the value model (a fresh :class:`LearningValueModel` by default).
+        model: the value model (a fresh `LearningValueModel` by default).
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """The barrier-free runtime: workers never wait for a round, one merger owns every write.
 
 This module owns only *when* things run: worker threads admit, roll out, propose and
-self-verify (the worker step of :mod:`agentdescent.evolution`) and queue their cards;
+self-verify (the worker step of `agentdescent.evolution`) and queue their cards;
 the merger (the calling thread) sweeps the queue into the aggregator and is the only
 thread that commits. Everything else — argument checks, the worker step, the stop
 rules, the result — is the sync runtime's, reused.
@@ -277,19 +277,19 @@ def async_evolve(
 
     Workers (``n_workers`` threads) loop admit -> snapshot -> rollout -> propose ->
     self-verify -> queue; the calling thread is the merger, which sweeps the queue into
-    the aggregator whenever cards arrive. Each sweep is one :class:`RoundInfo`. The
-    arguments shared with :func:`~agentdescent.evolve` mean the same; the rest:
+    the aggregator whenever cards arrive. Each sweep is one `RoundInfo`. The
+    arguments shared with `evolve` mean the same; the rest:
 
     Args:
-        tasks: see :func:`~agentdescent.evolve`.
-        reward: see :func:`~agentdescent.evolve`.
-        agent: see :func:`~agentdescent.evolve`.
-        run: see :func:`~agentdescent.evolve`.
-        propose: see :func:`~agentdescent.evolve`.
-        strategy: see :func:`~agentdescent.evolve`.
-        initial_state: see :func:`~agentdescent.evolve`.
-        blast_radius: see :func:`~agentdescent.evolve`.
-        artifact_id: see :func:`~agentdescent.evolve`.
+        tasks: see `evolve`.
+        reward: see `evolve`.
+        agent: see `evolve`.
+        run: see `evolve`.
+        propose: see `evolve`.
+        strategy: see `evolve`.
+        initial_state: see `evolve`.
+        blast_radius: see `evolve`.
+        artifact_id: see `evolve`.
         n_workers: worker threads.
         async_ratio: a worker resyncs once the head is more than this many versions past
             its snapshot. Set it no higher than the staleness policy's alpha, or stale
@@ -297,22 +297,22 @@ def async_evolve(
         max_seconds: wall-clock limit (default 20 s).
         max_iters: rollouts to admit in all; every admitted rollout is merged before the
             run stops (cards ingested = rollouts finished).
-        held_out_frac: see :func:`~agentdescent.evolve`.
-        shuffle: see :func:`~agentdescent.evolve`.
-        seed: see :func:`~agentdescent.evolve`.
-        self_verify: see :func:`~agentdescent.evolve`.
-        target_reward: see :func:`~agentdescent.evolve`.
+        held_out_frac: see `evolve`.
+        shuffle: see `evolve`.
+        seed: see `evolve`.
+        self_verify: see `evolve`.
+        target_reward: see `evolve`.
         patience: sweeps without a new best held-out reward before stopping.
         max_tokens: token budget, checked before every admission and at every sweep.
-        staleness_policy: see :func:`~agentdescent.evolve`.
-        agg_config: see :func:`~agentdescent.evolve`.
-        aggregator_factory: see :func:`~agentdescent.evolve`.
-        fusion_tournament: see :func:`~agentdescent.evolve`.
-        cheap_eval_tasks: see :func:`~agentdescent.evolve`.
-        allocator: see :func:`~agentdescent.evolve`.
-        ledger: see :func:`~agentdescent.evolve`.
-        usage: see :func:`~agentdescent.evolve`.
-        on_round: called with each sweep's :class:`RoundInfo`.
+        staleness_policy: see `evolve`.
+        agg_config: see `evolve`.
+        aggregator_factory: see `evolve`.
+        fusion_tournament: see `evolve`.
+        cheap_eval_tasks: see `evolve`.
+        allocator: see `evolve`.
+        ledger: see `evolve`.
+        usage: see `evolve`.
+        on_round: called with each sweep's `RoundInfo`.
         progress: show a progress bar of sweeps.
         pacing: admission pacing (the AReaL capacity rule): at most
             ``(alpha + v + 1) * n_workers`` rollouts admitted by merger sweep ``v``, each
@@ -323,10 +323,10 @@ def async_evolve(
             resync (default max(3, n_workers)).
         grace_seconds: how long shutdown waits for running rollouts; threads still
             running then are reported as stragglers and their results are dropped.
-        stop_on_diminishing_returns: see :func:`~agentdescent.evolve`.
+        stop_on_diminishing_returns: see `evolve`.
 
     Returns:
-        The :class:`~agentdescent.EvolutionResult`; ``counters`` adds ``sweeps``,
+        The `EvolutionResult`; ``counters`` adds ``sweeps``,
         ``stragglers``, ``late_results_dropped``, ``wasted_rollouts``,
         ``pacing_waits``, ``backpressure_waits``, ``resyncs`` and ``retired_workers``.
     """

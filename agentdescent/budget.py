@@ -2,7 +2,7 @@
 
 This module owns the token-budget floors, the next-round projection, the optional
 diminishing-returns stop, and the single question workers ask before their optional
-self-verify rollout (:meth:`BudgetGovernor.candidate_worth`). The governor only ever
+self-verify rollout (`BudgetGovernor.candidate_worth`). The governor only ever
 *removes* optional spend; it never adds work. Without ``max_tokens`` it is inert: every
 question gets the answer a run without a budget would get. It must not read the clock
 or any RNG (the allocator it consults owns its own seeded RNG).
@@ -32,7 +32,7 @@ class BudgetGovernor:
         max_tokens: the budget; None makes the governor inert.
         soft_floor: spent fraction from which the fusion tournament is refused (strict).
         hard_floor: spent fraction from which self-verify is refused whatever the allocator says.
-        allocator: an :class:`~agentdescent.allocator.AllocatorPolicy`, or None for the clock.
+        allocator: an `AllocatorPolicy`, or None for the clock.
         stop_on_diminishing: let the engines stop when reward per token stalls.
         efficiency_floor: reward gain per 1k tokens, relative to the run's early rate,
             under which returns count as diminishing.
@@ -127,7 +127,7 @@ class BudgetGovernor:
     def candidate_worth(self, ctx: AllocatorContext) -> bool:
         """Should this candidate get its self-verify rollout?
 
-        No budget: yes. No allocator: the clock (:meth:`allow_self_verify`). At or past
+        No budget: yes. No allocator: the clock (`allow_self_verify`). At or past
         the hard floor: no, whatever the allocator says. With remaining budget at or
         above the allocator's ``budget_start``: yes, without consulting it. Otherwise
         the allocator's ``decide(ctx).deep_eval``.

@@ -1,10 +1,10 @@
 """Conversation context for long-lived agent sessions: compaction and the summarizer fork.
 
-This module owns :class:`ContextManager` (an append-only message history with stable
+This module owns `ContextManager` (an append-only message history with stable
 ids, per-request views, and compaction of old spans into summaries), the decision of how
 a summary call is sent (standalone, or forked off the prefix the provider already has in
-its prompt cache), the :class:`TokenCounter` seam with a deterministic offline default,
-and the pricing arithmetic behind the fork (:class:`RateCard`, :func:`fork_break_even`).
+its prompt cache), the `TokenCounter` seam with a deterministic offline default,
+and the pricing arithmetic behind the fork (`RateCard`, `fork_break_even`).
 
 It must not import a provider SDK, open a network connection (tiktoken is used only when
 it is installed *and* its encoding is already on disk), read the clock, or edit a message
@@ -75,7 +75,7 @@ class _ContractTypeError(ContractError, TypeError):
 class TokenCounter(Protocol):
     """How many tokens a text or a message costs: the seam behind every budget here.
 
-    Called by :class:`ContextManager` (and :class:`agentdescent.testing.CachingProviderSim`)
+    Called by `ContextManager` (and `agentdescent.testing.CachingProviderSim`)
     from the thread that owns the conversation. Implementations must be deterministic
     (the same input always gives the same count) and must never touch the network.
     """
@@ -168,7 +168,7 @@ class HeuristicTokenCounter:
 
 
 class _TextFunctionCounter:
-    """Adapts a plain ``str -> int`` callable to :class:`TokenCounter`."""
+    """Adapts a plain ``str -> int`` callable to `TokenCounter`."""
 
     def __init__(self, fn: Callable[[str], int], message_overhead: int = 4) -> None:
         self._fn = fn
@@ -235,11 +235,11 @@ def default_token_counter() -> TokenCounter:
     """The token counter used when none is given.
 
     A tiktoken encoding when tiktoken is installed and its vocabulary is already cached
-    on this machine (never downloaded); otherwise :class:`HeuristicTokenCounter`. The
+    on this machine (never downloaded); otherwise `HeuristicTokenCounter`. The
     choice is made once per process.
 
     Returns:
-        A :class:`TokenCounter`.
+        A `TokenCounter`.
     """
     encoding = _cached_tiktoken_encoding()
     if encoding is not None:
@@ -277,7 +277,7 @@ def _finite_nonneg(name: str, value: Any) -> float:
 
 @dataclass(frozen=True)
 class RateCard:
-    """A provider's token prices, the input to :func:`fork_break_even` and the simulator.
+    """A provider's token prices, the input to `fork_break_even` and the simulator.
 
     Whether a summary call should fork depends only on price ratios, so the card keeps
     the four numbers a provider publishes. Prices are in dollars per million tokens.
@@ -344,12 +344,12 @@ class RateCard:
 
 
 #: The provider behind the measured 0.22: $3.50/M uncached input, a 90% cache discount,
-#: no write surcharge. At :data:`MEASURED_CACHE_HIT_FRACTION` its break-even is 0.22.
+#: no write surcharge. At `MEASURED_CACHE_HIT_FRACTION` its break-even is 0.22.
 MEASURED_RATE_CARD = RateCard(
     input_per_mtok=3.50, cached_input_per_mtok=0.35, cache_write_multiplier=1.0,
     output_per_mtok=14.0, name="measured",
 )
-#: The hit fraction that reconciles :data:`MEASURED_RATE_CARD` with the measured rates:
+#: The hit fraction that reconciles `MEASURED_RATE_CARD` with the measured rates:
 #: ``0.00077 / 0.00350 = h * 0.1 + (1 - h)``, so ``h = 0.78 / 0.9`` (about 86.7%).
 MEASURED_CACHE_HIT_FRACTION = 0.78 / 0.9
 
@@ -541,11 +541,11 @@ class ContextManager:
     How the summary call is sent is ``summary_call_mode``: ``"standalone"`` (alias
     ``"inline"``) sends the span alone and pays the uncached rate on it; ``"fork"``
     appends one instruction to the exact prefix last reported through
-    :meth:`note_request_sent` (same tools, same model), so the provider reads that
+    `note_request_sent` (same tools, same model), so the provider reads that
     prefix from its cache; ``"auto"`` forks only when the span is a large enough share
     of the prefix: ``S / P >= summary_fork_min_span_ratio`` (default
-    :data:`DEFAULT_FORK_MIN_SPAN_RATIO`, or :func:`fork_break_even` of
-    :attr:`rate_card` when one is set). A fork that cannot be aligned with what was sent
+    `DEFAULT_FORK_MIN_SPAN_RATIO`, or `fork_break_even` of
+    `rate_card` when one is set). A fork that cannot be aligned with what was sent
     falls back to standalone (WARNING, ``fork_fallbacks``); a fork the predicate finds
     too expensive is declined (INFO once per kind, ``fork_declines``) and issues exactly
     the standalone request.
@@ -565,19 +565,19 @@ class ContextManager:
             ratio in ``"auto"``), ``0`` (predicate off, silently), a positive ratio
             (armed; above 1 means never fork). Negative, non-finite or non-numeric
             values disable the predicate with a WARNING.
-        token_counter: a :class:`TokenCounter` or a ``str -> int`` callable; ``None``
-            means :func:`default_token_counter`.
+        token_counter: a `TokenCounter` or a ``str -> int`` callable; ``None``
+            means `default_token_counter`.
 
     Attributes:
         summary_model: a model the summarizer must use (None: the model of the recorded
             prefix); a fork to a prefix sent to another model is a fallback.
-        rate_card: prices that set ``"auto"``'s ratio via :func:`fork_break_even`.
+        rate_card: prices that set ``"auto"``'s ratio via `fork_break_even`.
         cache_hit_fraction: the hit fraction used with ``rate_card`` (default 1.0).
         fork_fallbacks: misaligned forks sent standalone instead (session total).
         fork_declines: forks the predicate found too expensive (session total).
         forks: summary calls sent as forks. The other counters (``summary_calls``,
             ``compactions``, ``summaries_refused``, ``summary_failures``) are in
-            :attr:`counters`.
+            `counters`.
 
     Raises:
         ContractError: a knob is out of range or of the wrong type (the message names it).
@@ -670,7 +670,7 @@ class ContextManager:
 
     @property
     def rate_card(self) -> RateCard | None:
-        """Prices that set ``"auto"``'s default ratio through :func:`fork_break_even`."""
+        """Prices that set ``"auto"``'s default ratio through `fork_break_even`."""
         return self._rate_card
 
     @rate_card.setter
@@ -683,7 +683,7 @@ class ContextManager:
 
     @property
     def cache_hit_fraction(self) -> float:
-        """The expected cache hit fraction used with :attr:`rate_card` (default 1.0)."""
+        """The expected cache hit fraction used with `rate_card` (default 1.0)."""
         return self._cache_hit_fraction
 
     @cache_hit_fraction.setter
@@ -755,7 +755,7 @@ class ContextManager:
 
     @property
     def message_ids(self) -> list[str]:
-        """The ids of :attr:`messages`, in the same order."""
+        """The ids of `messages`, in the same order."""
         with self._lock:
             return list(self._ids)
 
@@ -809,7 +809,7 @@ class ContextManager:
 
     @property
     def sent_tokens(self) -> int | None:
-        """Tokens of the request last reported through :meth:`note_request_sent` (the
+        """Tokens of the request last reported through `note_request_sent` (the
         prefix ``P`` a fork would re-read, tools included), or None if none was."""
         with self._lock:
             return self._sent.tokens if self._sent is not None else None
@@ -865,7 +865,7 @@ class ContextManager:
         Returns:
             True if a summary replaced a span; False if no span is eligible (or the oldest
             one is too small for any summary to shrink it), or the call failed or its
-            summary was refused (see :attr:`last_summary_call_stats`).
+            summary was refused (see `last_summary_call_stats`).
         """
         with self._lock:
             return self._compact()
@@ -884,7 +884,7 @@ class ContextManager:
 
         Args:
             messages: the messages sent; None means the view last returned by
-                :meth:`get_messages_for_request` (or the current view if none was).
+                `get_messages_for_request` (or the current view if none was).
             tools: the ``tools`` option sent with them, if any.
             model: the ``model`` option sent with them, if any.
 
@@ -1242,7 +1242,7 @@ _MOUNT_KEYS = (*_CONSTRUCTOR_KEYS, "rate_card", "cache_hit_fraction", "summary_m
 
 
 def mount(config: Mapping[str, Any], *, provider: Provider) -> ContextManager:
-    """Build a :class:`ContextManager` from a config mapping.
+    """Build a `ContextManager` from a config mapping.
 
     Configuration files and agent harnesses carry the context settings as plain keys;
     this threads every one of them, both fork knobs included, into the manager, and
@@ -1252,7 +1252,7 @@ def mount(config: Mapping[str, Any], *, provider: Provider) -> ContextManager:
         config: ``max_tokens`` (required) and optionally ``summary_trigger``,
             ``target_usage``, ``protected_recent``, ``summary_call_mode``,
             ``summary_fork_min_span_ratio``, ``token_counter``, ``rate_card`` (a
-            :class:`RateCard` or a mapping of its fields), ``cache_hit_fraction`` and
+            `RateCard` or a mapping of its fields), ``cache_hit_fraction`` and
             ``summary_model``.
         provider: where summary calls go.
 

@@ -1,6 +1,6 @@
 """Rows of real datasets over HTTP: the Hugging Face datasets-server and ModelScope, with a cache.
 
-This module owns two loaders (:func:`hf_rows`, :func:`hf_rows_modelscope`), the HotpotQA
+This module owns two loaders (`hf_rows`, `hf_rows_modelscope`), the HotpotQA
 row normalisation that makes both return the same shape, and the on-disk JSON cache they
 share. It talks HTTP itself through ``httpx`` (imported lazily, so the package imports
 without it) instead of depending on the ``datasets`` library, which retries for a long
@@ -132,11 +132,11 @@ def hf_rows(
         cache: read from and write to the cache; ``False`` does neither.
         timeout: seconds per HTTP request (connect, read, write, pool), > 0.
         endpoint: the datasets-server base URL; ``None`` reads
-            ``AGENTDESCENT_HF_ENDPOINT``, else :data:`DEFAULT_HF_ENDPOINT`.
+            ``AGENTDESCENT_HF_ENDPOINT``, else `DEFAULT_HF_ENDPOINT`.
 
     Returns:
         The ``row`` dicts in dataset order, HotpotQA rows normalised by
-        :func:`normalize_hotpotqa_row` (a no-op on the datasets-server's own shape).
+        `normalize_hotpotqa_row` (a no-op on the datasets-server's own shape).
 
     Raises:
         ContractError: (a ``ValueError``) an argument is empty or out of range; the
@@ -214,7 +214,7 @@ def hf_rows_modelscope(
     no paged rows API, so the whole file comes from the repo file API
     (``{endpoint}/api/v1/datasets/{dataset}/repo?Revision=...&FilePath=...``) and is
     cut to ``limit``; HotpotQA rows are normalised to the datasets-server shape, so code
-    written against :func:`hf_rows` works unchanged.
+    written against `hf_rows` works unchanged.
 
     Args:
         dataset: the ModelScope dataset id, ``"owner/name"``.
@@ -225,11 +225,11 @@ def hf_rows_modelscope(
         cache: read from and write to the cache; ``False`` does neither.
         timeout: seconds per HTTP request (connect, read, write, pool), > 0.
         endpoint: the ModelScope base URL; ``None`` reads
-            ``AGENTDESCENT_MODELSCOPE_ENDPOINT``, else :data:`DEFAULT_MODELSCOPE_ENDPOINT`.
+            ``AGENTDESCENT_MODELSCOPE_ENDPOINT``, else `DEFAULT_MODELSCOPE_ENDPOINT`.
 
     Returns:
         The file's objects in file order, HotpotQA rows normalised by
-        :func:`normalize_hotpotqa_row`.
+        `normalize_hotpotqa_row`.
 
     Raises:
         ContractError: (a ``ValueError``) an argument is empty or out of range, or

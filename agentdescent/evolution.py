@@ -3,8 +3,8 @@
 This module owns the run set-up (argument checks, the train/held-out split, the
 ledger, the evaluator, the aggregator), the **worker step** (rollout -> proposal ->
 ``to_diff`` -> ``candidate_worth`` -> self-verify -> evidence card), the stop rules,
-and the result (:class:`EvolutionResult`, :class:`RoundInfo`). The asynchronous
-runtime (:mod:`agentdescent.async_evolve`) reuses all of them and differs only in
+and the result (`EvolutionResult`, `RoundInfo`). The asynchronous
+runtime (`agentdescent.async_evolve`) reuses all of them and differs only in
 *when* workers and the merger run.
 
 It must not commit to the ledger except through the aggregator, print anything unless
@@ -107,7 +107,7 @@ class RoundInfo:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RoundInfo:
-        """Rebuild from :meth:`to_json` output."""
+        """Rebuild from `to_json` output."""
         kwargs = dict(data)
         kwargs["reports"] = [MergeReport.from_json(r) for r in data.get("reports", [])]
         return cls(**kwargs)
@@ -125,7 +125,7 @@ class EvolutionResult:
         stop_reason: ``"rounds"``, ``"target_reward"``, ``"patience"``, ``"max_seconds"``,
             ``"max_rollouts"``, ``"max_iters"``, ``"max_tokens"``, ``"diminishing_returns"``
             or ``"error"``.
-        history: one :class:`RoundInfo` per round (or merger sweep).
+        history: one `RoundInfo` per round (or merger sweep).
         forced_refreshes: resyncs the async stall guard forced.
         usage: the run's token meter.
         budget: the budget governor's summary, or None without a budget.
@@ -153,7 +153,7 @@ class EvolutionResult:
     counters: dict[str, Any] = field(default_factory=dict)
 
     def outcomes(self) -> dict[str, int]:
-        """How many merge decisions ended each way, keyed by :class:`MergeOutcome` value."""
+        """How many merge decisions ended each way, keyed by `MergeOutcome` value."""
         counts = {o.value: 0 for o in MergeOutcome}
         for info in self.history:
             for report in info.reports:
@@ -196,7 +196,7 @@ class EvolutionResult:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EvolutionResult:
-        """Read a result written by :meth:`save`.
+        """Read a result written by `save`.
 
         Raises:
             AgentDescentError: the file is not a saved result.
@@ -382,7 +382,7 @@ class _Counters:
 class RunEnv:
     """Everything a worker step and a merge need, shared by the sync and async runtimes.
 
-    Built by :func:`build_env`; not part of the public API.
+    Built by `build_env`; not part of the public API.
     """
 
     train: list[Task]
@@ -412,10 +412,10 @@ class RunEnv:
 
     def call(self, fn: Callable[..., Any], *args: Any, what: str, phase: str,
              attempts: int = BACKEND_ATTEMPTS, worker: int | None = None) -> Any:
-        """Call a backend with bounded retries; raise :class:`BackendFailure` when it keeps failing.
+        """Call a backend with bounded retries; raise `BackendFailure` when it keeps failing.
 
         Tokens the call records are attributed to ``phase`` (see
-        :func:`agentdescent.agents.usage_phase`). Contract errors are the caller's bug and
+        `agentdescent.agents.usage_phase`). Contract errors are the caller's bug and
         propagate at once.
         """
         last: BaseException | None = None
@@ -438,7 +438,7 @@ class RunEnv:
     def merge(self) -> tuple[list[MergeReport], float] | None:
         """One aggregator step and the head's held-out reward, tolerating a failing evaluator.
 
-        If the held-out evaluation keeps failing (a :class:`BackendFailure`), the
+        If the held-out evaluation keeps failing (a `BackendFailure`), the
         aggregator has already put the cards back; the failure is counted and ``None``
         returned so the runtime can try again at its next merge (scores that did succeed
         are cached, so a retry only re-runs what failed). After
@@ -459,7 +459,7 @@ class RunEnv:
         return reports, held
 
     def initial_reward(self) -> float:
-        """The starting head's held-out reward, with the same tolerance as :meth:`merge`."""
+        """The starting head's held-out reward, with the same tolerance as `merge`."""
         for attempt in range(1, MERGE_FAILURES_TOLERATED + 1):
             try:
                 return sum(self.aggregator.head_scores(self.artifact_id)) / len(self.held_out)
@@ -482,7 +482,7 @@ class RunEnv:
 
 
 class RolloutEvaluator:
-    """The engines' :class:`~agentdescent.aggregator.Evaluator`: run the agent on held-out tasks.
+    """The engines' `Evaluator`: run the agent on held-out tasks.
 
     Per-task scores are cached by (state digest, task id), so the cheap subset (drawn
     from the held-out set) and repeated head evaluations cost nothing extra.
@@ -625,7 +625,7 @@ class Rollout:
 
 
 def rollout_step(env: RunEnv, worker_id: int, task: Task, version: int, state: Mapping[str, str]) -> Rollout:
-    """Roll ``task`` out on the worker's snapshot (raises :class:`BackendFailure`)."""
+    """Roll ``task`` out on the worker's snapshot (raises `BackendFailure`)."""
     rendered = env.strategy.render(state)
     tokens_before = thread_tokens()
     output = env.call(env.solve, rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}", phase="rollout",
@@ -657,7 +657,7 @@ def advantage_in_group(value: float, group: Sequence[float]) -> float:
 
 
 def card_step(env: RunEnv, rollout: Rollout, advantage: float) -> EvidenceCard | None:
-    """Propose after an unsolved rollout and build the evidence card (raises :class:`BackendFailure`).
+    """Propose after an unsolved rollout and build the evidence card (raises `BackendFailure`).
 
     The self-verify rollout (re-run the task on the patched artifact) is the optional
     spend: it runs when ``self_verify`` is on **and** the budget governor says the
@@ -782,7 +782,7 @@ def summarize_reports(reports: Sequence[MergeReport]) -> dict[str, int]:
 def finish(env: RunEnv, *, history: list[RoundInfo], stop_reason: str, error: str | None,
            initial_reward: float | None, forced_refreshes: int = 0,
            extra_counters: Mapping[str, Any] | None = None) -> EvolutionResult:
-    """Assemble the :class:`EvolutionResult` from the ledger head (both runtimes call this)."""
+    """Assemble the `EvolutionResult` from the ledger head (both runtimes call this)."""
     version, state = env.ledger.head(env.artifact_id)
     try:
         final = sum(env.aggregator.head_scores(env.artifact_id)) / len(env.held_out)
@@ -871,7 +871,7 @@ def evolve(
             (alternative to ``run``/``propose``); its ``usage`` meter is adopted.
         run: ``run(rendered, task) -> str``.
         propose: ``propose(rendered, task, output, reward) -> str | None``.
-        strategy: what the artifact is (default :class:`~agentdescent.AppendRules`).
+        strategy: what the artifact is (default `AppendRules`).
         initial_state: the starting state (default ``strategy.initial()``); ignored when
             the ledger already holds the artifact (resume).
         blast_radius: in [0, 1]; above 0.30 the artifact is slow (L1, oracle-gated).
@@ -900,14 +900,14 @@ def evolve(
         ledger: a path (SQLite, resumed if it exists), a Ledger, or None (in memory).
         usage: the token meter (default: the agent's or the run callable owner's, else new).
         executor: any ``concurrent.futures.Executor`` for rollouts.
-        on_round: called with each :class:`RoundInfo`.
+        on_round: called with each `RoundInfo`.
         progress: show a progress bar.
-        asynchronous: delegate to :func:`agentdescent.async_evolve`.
+        asynchronous: delegate to `agentdescent.async_evolve`.
         async_ratio: with ``asynchronous=True``, the staleness at which a worker resyncs.
         stop_on_diminishing_returns: with a budget, stop when reward per token stalls.
 
     Returns:
-        The :class:`EvolutionResult`; everything committed stays in the ledger.
+        The `EvolutionResult`; everything committed stays in the ledger.
 
     Raises:
         ValueError: a bad knob (the message names it and the accepted range).

@@ -22,7 +22,7 @@ def contradicts(a: Diff, b: Diff) -> bool:
     """True when the two diffs write at least one common key with different values.
 
     Values under a content-addressed rule key that differ only in case are the same rule
-    (:func:`agentdescent.strategies.same_value`), not a contradiction.
+    (`agentdescent.strategies.same_value`), not a contradiction.
     """
     small, large = (a.ops, b.ops) if len(a.ops) <= len(b.ops) else (b.ops, a.ops)
     return any(k in large and not same_value(k, large[k], v) for k, v in small.items())

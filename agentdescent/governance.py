@@ -1,7 +1,7 @@
 """Governance layers: which artifacts may evolve, and how carefully.
 
 This module owns the single definition of the boundary between fast (L2) and slow (L1)
-artifacts and the set of frozen (L0) ids. Every other module asks :func:`classify`;
+artifacts and the set of frozen (L0) ids. Every other module asks `classify`;
 none re-derives the threshold.
 """
 
@@ -57,10 +57,10 @@ def classify(artifact: _HasBlastRadius) -> Layer:
 
     Args:
         artifact: anything with ``artifact_id`` and ``blast_radius`` attributes
-            (for example :class:`ArtifactInfo`).
+            (for example `ArtifactInfo`).
 
     Returns:
-        The artifact's :class:`Layer`.
+        The artifact's `Layer`.
     """
     artifact_id = artifact.artifact_id
     if artifact_id in RESERVED_IDS or artifact_id.startswith("L0:"):

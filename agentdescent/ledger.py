@@ -43,7 +43,7 @@ _MAX_LISTED_IDS = 10
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One version of one artifact, as :meth:`Ledger.history` returns it.
+    """One version of one artifact, as `Ledger.history` returns it.
 
     Entries are snapshots: the dicts they hold are copies, so changing them never
     changes the ledger.
@@ -71,8 +71,8 @@ class Ledger(Protocol):
 
     Who calls it: in a run, exactly one writer registers artifacts and commits (the
     aggregator, on the merger thread or at the sync round barrier); workers call
-    :meth:`head` and :meth:`versions` from any thread to take snapshots, and governance
-    reads :meth:`blast_radius`. No model call ever runs while a commit is in flight.
+    `head` and `versions` from any thread to take snapshots, and governance
+    reads `blast_radius`. No model call ever runs while a commit is in flight.
 
     Thread-safety: every method may be called from any thread at any time, including
     concurrently with a commit. Implementations serialise writes themselves.
@@ -84,7 +84,7 @@ class Ledger(Protocol):
       created by exactly one successful ``commit``. A version row is never rewritten.
     - ``commit(aid, state, base)`` is atomic: it succeeds, creating ``base + 1``, if and
       only if the head is ``base`` at that instant; otherwise it raises
-      :class:`CASConflict` and changes nothing. The caller re-reads the head and
+      `CASConflict` and changes nothing. The caller re-reads the head and
       re-applies its diff; it never overwrites the winner.
     - ``head`` returns a version and the state *of that version* (never a torn pair),
       as a copy the caller may mutate.
@@ -243,9 +243,9 @@ class _Record:
 
 
 class MemoryLedger:
-    """A :class:`Ledger` held in a dict behind one lock, for tests and throwaway runs.
+    """A `Ledger` held in a dict behind one lock, for tests and throwaway runs.
 
-    Nothing survives the process; use :class:`SqliteLedger` to persist or resume a run.
+    Nothing survives the process; use `SqliteLedger` to persist or resume a run.
     Every method takes the same lock, so reads and commits from any thread see whole
     commits only.
     """
@@ -384,7 +384,7 @@ _CREATE_SCHEMA = (
 
 
 class SqliteLedger:
-    """A :class:`Ledger` in one SQLite file: the embedded default for persisted runs.
+    """A `Ledger` in one SQLite file: the embedded default for persisted runs.
 
     SQLite gives the CAS rule for free across threads *and* processes: a commit runs
     inside ``BEGIN IMMEDIATE`` (one writer at a time per file), reads the head, and
@@ -403,7 +403,7 @@ class SqliteLedger:
         path: the ledger file (``str`` or ``os.PathLike``). A missing file, or an empty
             one, becomes a new ledger; missing parent folders are created.
         timeout: seconds a statement waits for another writer's lock before failing
-            with :class:`LedgerError`.
+            with `LedgerError`.
 
     Raises:
         LedgerError: ``path`` is not a SQLite database, is another application's
@@ -463,7 +463,7 @@ class SqliteLedger:
         self.close()
 
     def close(self) -> None:
-        """Close every connection this object opened; later calls raise :class:`LedgerError`.
+        """Close every connection this object opened; later calls raise `LedgerError`.
 
         Closing is idempotent. Other ``SqliteLedger`` objects (and other processes)
         on the same file are unaffected.

@@ -3,9 +3,9 @@
 This module owns the boundary between the package and a model vendor: building the
 request from OpenAI-style messages, retrying transient failures (429, 5xx, timeouts,
 dropped connections) with jittered exponential backoff bounded in count and in total
-time, translating every SDK exception into the :class:`~agentdescent.ProviderError`
+time, translating every SDK exception into the `ProviderError`
 family, and mapping the vendor's token accounting (cached prompt tokens included) into
-:class:`~agentdescent.agents.Usage`.
+`Usage`.
 
 It must not import a vendor SDK at module import time (the SDKs are optional extras,
 loaded inside the factories), must not let an SDK exception escape ``complete``, and
@@ -117,7 +117,7 @@ class ProviderUnavailableError(_ProviderFailure):
 
 
 class ProviderTimeoutError(ProviderUnavailableError):
-    """The last attempt timed out (a :class:`ProviderUnavailableError`, so catch either)."""
+    """The last attempt timed out (a `ProviderUnavailableError`, so catch either)."""
 
 
 class ProviderResponseError(_ProviderFailure):
@@ -127,7 +127,7 @@ class ProviderResponseError(_ProviderFailure):
 class ProviderDependencyError(ProviderError, ImportError):
     """A provider's SDK (an optional extra) is not installed.
 
-    Also an :class:`ImportError`, so code that guards optional imports the usual way
+    Also an `ImportError`, so code that guards optional imports the usual way
     catches it.
     """
 
@@ -139,7 +139,7 @@ def check_options(options: Mapping[str, Any], owner: str) -> dict[str, Any]:
     """Validate ``complete`` options and drop the ones set to ``None``.
 
     A ``None`` value means "not given" (so callers can pass their own defaults through
-    unconditionally); any name outside :data:`PROVIDER_OPTIONS` is a mistake worth an
+    unconditionally); any name outside `PROVIDER_OPTIONS` is a mistake worth an
     error rather than a silently ignored knob.
 
     Args:
@@ -182,7 +182,7 @@ def _content_text(content: Any) -> str:
 def messages_to_prompt(messages: Sequence[Mapping[str, Any]]) -> str:
     """Join the messages' contents into one prompt string (blank line between messages).
 
-    Used by :func:`from_callable` and by the offline token estimate.
+    Used by `from_callable` and by the offline token estimate.
     """
     return "\n\n".join(t for t in (_content_text(m.get("content")) for m in messages) if t)
 
@@ -392,7 +392,7 @@ class _SDKProvider:
         """Send ``messages`` and return the reply with this call's token usage.
 
         Transient failures are retried inside this call; what is left is raised as one
-        of the :class:`~agentdescent.ProviderError` family. The call's usage is also
+        of the `ProviderError` family. The call's usage is also
         added to ``self.usage``, the provider's run meter.
 
         Args:
@@ -401,7 +401,7 @@ class _SDKProvider:
                 ``temperature``; ``None`` means not given.
 
         Returns:
-            The reply text and a per-call :class:`~agentdescent.agents.Usage`.
+            The reply text and a per-call `Usage`.
 
         Raises:
             TypeError: an unknown option or a malformed message list.
@@ -604,9 +604,9 @@ class _SDKProvider:
 
 
 class OpenAICompatibleProvider(_SDKProvider):
-    """A :class:`~agentdescent.agents.Provider` for any OpenAI-compatible chat endpoint.
+    """A `Provider` for any OpenAI-compatible chat endpoint.
 
-    Build it with :func:`openai_compatible`. Thread-safe: one SDK client (a pooled HTTP
+    Build it with `openai_compatible`. Thread-safe: one SDK client (a pooled HTTP
     client) serves every worker thread.
 
     Attributes:
@@ -649,9 +649,9 @@ class OpenAICompatibleProvider(_SDKProvider):
 
 
 class AnthropicProvider(_SDKProvider):
-    """A :class:`~agentdescent.agents.Provider` for the Anthropic messages API.
+    """A `Provider` for the Anthropic messages API.
 
-    Build it with :func:`anthropic`. ``system`` messages in the list are moved to the
+    Build it with `anthropic`. ``system`` messages in the list are moved to the
     API's ``system`` parameter; OpenAI-style function tools are converted to
     Anthropic's tool shape. Thread-safe.
 
@@ -781,7 +781,7 @@ def openai_compatible(
         initial_backoff: the first backoff in seconds; it doubles per retry, is capped
             at ``max_backoff`` and jittered to between 50% and 100%.
         max_backoff: the cap on one backoff wait.
-        usage: the run meter to record into; a new :class:`~agentdescent.agents.Usage`
+        usage: the run meter to record into; a new `Usage`
             if ``None``.
         default_headers: extra headers for every request (gateway routing...).
         http_client: an ``httpx2.Client`` for the SDK (proxies, ``MockTransport``).
@@ -790,7 +790,7 @@ def openai_compatible(
         clock: the monotonic clock the time bound reads (injectable with ``sleep``).
 
     Returns:
-        An :class:`OpenAICompatibleProvider`.
+        An `OpenAICompatibleProvider`.
 
     Raises:
         ProviderDependencyError: the ``openai`` SDK is not installed.
@@ -876,7 +876,7 @@ def anthropic(
         clock: the monotonic clock the time bound reads.
 
     Returns:
-        An :class:`AnthropicProvider`.
+        An `AnthropicProvider`.
 
     Raises:
         ProviderDependencyError: the ``anthropic`` SDK is not installed.
@@ -936,15 +936,15 @@ def _accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
 
 
 class CallableProvider:
-    """A :class:`~agentdescent.agents.Provider` around a ``prompt: str -> str`` function.
+    """A `Provider` around a ``prompt: str -> str`` function.
 
-    Build it with :func:`from_callable`. Useful for local models behind a function, for
+    Build it with `from_callable`. Useful for local models behind a function, for
     deterministic stand-ins, and for offline docs and tests.
 
     Attributes:
         fn: the wrapped function.
         usage: the meter every call records into (an offline ``ceil(chars/4)`` estimate
-            unless ``fn`` returns a :class:`~agentdescent.agents.Completion` with usage).
+            unless ``fn`` returns a `Completion` with usage).
     """
 
     def __init__(self, fn: Callable[..., Any], *, usage: Usage | None = None, name: str | None = None) -> None:
@@ -1010,11 +1010,11 @@ def from_callable(
     Args:
         fn: ``fn(prompt) -> str``; it may also take ``model``, ``tools``,
             ``max_tokens``, ``temperature`` as keywords, and may return a
-            :class:`~agentdescent.agents.Completion` to report exact usage.
+            `Completion` to report exact usage.
         usage: the meter to record into; a new one if ``None``.
         name: a label for errors and ``repr`` (default: the function's name).
 
     Returns:
-        A :class:`CallableProvider`.
+        A `CallableProvider`.
     """
     return CallableProvider(fn, usage=usage, name=name)

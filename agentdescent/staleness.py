@@ -1,7 +1,7 @@
 """Staleness policies: what to do with a diff built on an old version of the artifact.
 
 A policy is pure: ``decide(eta, alpha, contract_breaking)`` depends on nothing else.
-``eta`` is the version-vector staleness of the card (:func:`agentdescent.vv_staleness`)
+``eta`` is the version-vector staleness of the card (`agentdescent.vv_staleness`)
 and ``alpha`` the tolerance the aggregator picks for the artifact's governance layer.
 This module must not read clocks, the environment or any RNG.
 

@@ -2,7 +2,7 @@
 
 A strategy is pure: it owns the shape of the flat ``dict[str, str]`` state and never
 touches the ledger, an RNG or the clock. Keys are content-addressed through
-:func:`agentdescent.types.stable_hash` so that workers in different processes who propose
+`agentdescent.types.stable_hash` so that workers in different processes who propose
 the same rule produce the same key (and so fuse instead of duplicating).
 """
 

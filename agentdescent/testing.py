@@ -1,7 +1,7 @@
 """Test doubles users can build their own tests on.
 
 This module owns fakes that stand behind the package's real seams (the
-:class:`~agentdescent.agents.Provider` protocol above all) so that a user's test can
+`Provider` protocol above all) so that a user's test can
 run the real engines offline and deterministically. Nothing here is used by the
 engines themselves, and nothing here opens a network connection.
 """
@@ -27,11 +27,11 @@ __all__.append("FakeProvider")
 
 
 class FakeProvider:
-    """A handler-backed :class:`~agentdescent.agents.Provider`, like httpx's ``MockTransport``.
+    """A handler-backed `Provider`, like httpx's ``MockTransport``.
 
     Tests decide every reply in one function instead of standing up a server or
     scripting an SDK: ``handler(messages, **options)`` returns the reply text (or a full
-    :class:`~agentdescent.agents.Completion`), and raising from it simulates a provider
+    `Completion`), and raising from it simulates a provider
     failure. Options are validated exactly like the real adapters do, so a test cannot
     pass an option a real provider would reject.
 
@@ -116,7 +116,7 @@ class ManualClock:
     """A clock that only moves when told to: virtual time for cache-TTL tests.
 
     Timing-heavy code is tested on virtual time, never with ``sleep``: pass an instance
-    as ``clock=`` and call :meth:`advance`.
+    as ``clock=`` and call `advance`.
 
     Args:
         start: the initial reading, in seconds.
@@ -143,7 +143,7 @@ class ManualClock:
 
 @dataclass(frozen=True)
 class SimCall:
-    """One call :class:`CachingProviderSim` served, with its token split and price.
+    """One call `CachingProviderSim` served, with its token split and price.
 
     Attributes:
         index: 0-based call number.
@@ -179,7 +179,7 @@ class _CacheNode:
 
 
 class CachingProviderSim:
-    """A :class:`~agentdescent.agents.Provider` that prices requests like a prefix cache.
+    """A `Provider` that prices requests like a prefix cache.
 
     Whether a summarizer fork pays depends on what the provider's prompt cache holds, so
     tests and benchmarks need a provider that remembers earlier requests and charges
@@ -193,16 +193,16 @@ class CachingProviderSim:
     cache's hash chain does.
 
     Replies are deterministic, a function of the request alone: a summarization request
-    (its last message starts with :data:`agentdescent.context.SUMMARY_REQUEST_TAG`) gets
+    (its last message starts with `agentdescent.context.SUMMARY_REQUEST_TAG`) gets
     ``summary_words`` words, anything else ``reply_words`` words, both capped by the
     ``max_tokens`` option; or ``responder(messages, **options)`` decides (raising from it
     simulates an outage). Thread-safe.
 
     Args:
-        rate_card: the prices (:class:`agentdescent.context.RateCard`).
+        rate_card: the prices (`agentdescent.context.RateCard`).
         ttl: seconds a cache entry outlives its last use.
         clock: a ``() -> float`` seconds source; ``time.monotonic`` if None (pass a
-            :class:`ManualClock` in tests).
+            `ManualClock` in tests).
         token_counter: how tokens are counted; the package default if None.
         responder: optional ``(messages, **options) -> str`` producing the reply text.
         reply_words: length of a default reply.
@@ -214,12 +214,12 @@ class CachingProviderSim:
             prompt uncached. Drawn from ``stable_hash(seed, call index)``, so runs repeat
             and two runs with the same call sequence miss on the same calls.
         seed: the seed of those draws.
-        record_requests: keep every request in :attr:`requests` (turn off for long
+        record_requests: keep every request in `requests` (turn off for long
             benchmarks).
         usage: the meter every call records into; a new one if None.
 
     Attributes:
-        calls: one :class:`SimCall` per request, in order.
+        calls: one `SimCall` per request, in order.
         requests: ``{"messages": [...], "options": {...}}`` per request (if recorded).
         usage: the run meter (``cached_tokens`` included).
     """

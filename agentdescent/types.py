@@ -236,7 +236,7 @@ class Diff:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Diff:
-        """Rebuild a diff from :meth:`to_json` output."""
+        """Rebuild a diff from `to_json` output."""
         return cls(
             diff_id=data["diff_id"],
             target=data["target"],
@@ -338,7 +338,7 @@ class MergeReport:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MergeReport:
-        """Rebuild a report from :meth:`to_json` output."""
+        """Rebuild a report from `to_json` output."""
         accepted = data.get("accepted")
         return cls(
             artifact_id=data["artifact_id"],

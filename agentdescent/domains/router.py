@@ -9,7 +9,7 @@ token budgets work offline, and an optional heavy-tailed latency makes concurren
 measurable.
 
 Everything is deterministic: each random draw is derived from
-:func:`agentdescent.stable_hash` of the domain seed and the call's inputs, never from a
+`agentdescent.stable_hash` of the domain seed and the call's inputs, never from a
 shared RNG stream, so concurrent runs repeat too.
 
 This module must not touch the network, the global RNG or any engine internals.
@@ -203,7 +203,7 @@ class RouterDomain:
 
 _DEFAULT = RouterDomain()
 
-#: Ready-made pieces of a default :class:`RouterDomain` (seed 0, noise 0.25).
+#: Ready-made pieces of a default `RouterDomain` (seed 0, noise 0.25).
 tasks = _DEFAULT.tasks
 reward = _DEFAULT.reward
 run = _DEFAULT.run

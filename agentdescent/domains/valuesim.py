@@ -15,7 +15,7 @@ with a junk note attached).
 Knobs: ``n_skills`` (30), ``tasks_per_skill`` (8), ``good_base`` and ``good_slope``
 (P(good) = good_base + good_slope * partial_credit, clipped, plus ``noise``), and the
 simulated token costs ``run_overhead`` / ``propose_overhead``. Every draw comes from
-:func:`agentdescent.stable_hash` of the seed and the call's inputs, so runs repeat.
+`agentdescent.stable_hash` of the seed and the call's inputs, so runs repeat.
 This module must not touch the network or the global RNG.
 """
 
