@@ -226,18 +226,6 @@ class Agent(Protocol):
     Both methods are called from worker threads, possibly concurrently.
     """
 
-    def _converse(self, user: str) -> str:
-        """Send ``user`` inside this worker's conversation (compacted when it grows)."""
-        worker = current_worker()
-        key = worker if worker is not None else f"thread-{threading.get_ident()}"
-        cm = self._conversation_for(key)
-        cm.add_message({"role": "user", "content": user})
-        view = cm.get_messages_for_request()
-        text = self._call(view)
-        cm.note_request_sent(view, model=self.model)
-        cm.add_message({"role": "assistant", "content": text})
-        return text
-
     def solve(self, rendered: str, task: Task) -> str:
         """Run ``task`` with the rendered artifact and return the output."""
         ...
