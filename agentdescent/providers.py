@@ -742,6 +742,29 @@ class AnthropicProvider(_SDKProvider):
         return text, call
 
 
+def _sdk_client(
+    factory: Callable[..., Any],
+    *,
+    key: str,
+    timeout: float,
+    base_url: str | None,
+    default_headers: Mapping[str, str] | None,
+    http_client: Any,
+    default_endpoint: str,
+) -> tuple[Any, str]:
+    """Build an SDK client with its own retries off, and the endpoint to name in errors."""
+    kwargs: dict[str, Any] = {"api_key": key, "timeout": timeout, "max_retries": 0}
+    if base_url is not None:
+        kwargs["base_url"] = base_url
+    if default_headers:
+        kwargs["default_headers"] = dict(default_headers)
+    if http_client is not None:
+        kwargs["http_client"] = http_client
+    client = factory(**kwargs)
+    endpoint = _display_endpoint(str(getattr(client, "base_url", None) or base_url or default_endpoint))
+    return client, endpoint
+
+
 def openai_compatible(
     model: str,
     *,
@@ -799,19 +822,10 @@ def openai_compatible(
     """
     sdk = _load_sdk("openai", "openai")
     key = _resolve_key(api_key, "OPENAI_API_KEY", "openai_compatible", model)
-    client_kwargs: dict[str, Any] = {
-        "api_key": key,
-        "timeout": timeout,
-        "max_retries": 0,
-    }
-    if base_url is not None:
-        client_kwargs["base_url"] = base_url
-    if default_headers:
-        client_kwargs["default_headers"] = dict(default_headers)
-    if http_client is not None:
-        client_kwargs["http_client"] = http_client
-    client = sdk.OpenAI(**client_kwargs)
-    endpoint = _display_endpoint(str(getattr(client, "base_url", None) or base_url or _OPENAI_DEFAULT_ENDPOINT))
+    client, endpoint = _sdk_client(
+        sdk.OpenAI, key=key, timeout=timeout, base_url=base_url,
+        default_headers=default_headers, http_client=http_client, default_endpoint=_OPENAI_DEFAULT_ENDPOINT,
+    )
     return OpenAICompatibleProvider(
         sdk=sdk,
         client=client,
@@ -885,19 +899,10 @@ def anthropic(
     """
     sdk = _load_sdk("anthropic", "anthropic")
     key = _resolve_key(api_key, "ANTHROPIC_API_KEY", "anthropic", model)
-    client_kwargs: dict[str, Any] = {
-        "api_key": key,
-        "timeout": timeout,
-        "max_retries": 0,
-    }
-    if base_url is not None:
-        client_kwargs["base_url"] = base_url
-    if default_headers:
-        client_kwargs["default_headers"] = dict(default_headers)
-    if http_client is not None:
-        client_kwargs["http_client"] = http_client
-    client = sdk.Anthropic(**client_kwargs)
-    endpoint = _display_endpoint(str(getattr(client, "base_url", None) or base_url or _ANTHROPIC_DEFAULT_ENDPOINT))
+    client, endpoint = _sdk_client(
+        sdk.Anthropic, key=key, timeout=timeout, base_url=base_url,
+        default_headers=default_headers, http_client=http_client, default_endpoint=_ANTHROPIC_DEFAULT_ENDPOINT,
+    )
     return AnthropicProvider(
         max_tokens=max_tokens,
         sdk=sdk,
