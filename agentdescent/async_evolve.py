@@ -404,14 +404,12 @@ def _merge_loop(run: _AsyncRun, stops: StopRules, on_round: Callable[[RoundInfo]
                     env.aggregator.ingest(card)
                 env.governor.spend(env.usage.total_tokens)
                 try:
-                    merged = env.merge()
+                    reports, held = env.merge()
                 except BackendFailure as exc:
                     stop_reason, error = "error", str(exc)
                     break
                 finally:
                     run.settle(items)
-                reports, held = merged if merged is not None else (
-                    [], history[-1].held_out_reward if history else initial)
                 counts = summarize_reports(reports)
                 tokens_now = env.usage.total_tokens
                 info = RoundInfo(

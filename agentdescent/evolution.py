@@ -407,6 +407,7 @@ class RunEnv:
     counters: _Counters = field(default_factory=lambda: _Counters())
     last_error: BaseException | None = None
     failed_merges_in_a_row: int = 0
+    last_reward: float | None = None
 
     # ----------------------------------------------------------------- backend calls
 
@@ -435,39 +436,48 @@ class RunEnv:
         raise BackendFailure(f"{what} failed {attempts} times; last error: "
                              f"{type(last).__name__}: {last}") from last
 
-    def merge(self) -> tuple[list[MergeReport], float] | None:
+    def head_reward(self) -> float:
+        """Mean held-out reward of the current head (cached per version by the aggregator)."""
+        return sum(self.aggregator.head_scores(self.artifact_id)) / len(self.held_out)
+
+    def _count_merge_failure(self, exc: BackendFailure) -> None:
+        """Count a failed held-out measurement; re-raise once too many came in a row."""
+        self.counters.add("merge_failures")
+        self.failed_merges_in_a_row += 1
+        if self.failed_merges_in_a_row >= MERGE_FAILURES_TOLERATED:
+            raise exc
+        logger.warning("held-out measurement failed (%d in a row); trying again at the next merge",
+                       self.failed_merges_in_a_row)
+
+    def merge(self) -> tuple[list[MergeReport], float]:
         """One aggregator step and the head's held-out reward, tolerating a failing evaluator.
 
         If the held-out evaluation keeps failing (a `BackendFailure`), the
-        aggregator has already put the cards back; the failure is counted and ``None``
-        returned so the runtime can try again at its next merge (scores that did succeed
-        are cached, so a retry only re-runs what failed). After
-        ``MERGE_FAILURES_TOLERATED`` failed merges in a row the failure is raised.
+        aggregator has already put the cards back; the failure is counted and the merge
+        reports nothing, with the last known reward, so the runtime tries again at its
+        next merge (scores that did succeed are cached, so a retry only re-runs what
+        failed). After ``MERGE_FAILURES_TOLERATED`` failed merges in a row the failure
+        is raised.
         """
         try:
-            reports = self.aggregator.step()
-            held = sum(self.aggregator.head_scores(self.artifact_id)) / len(self.held_out)
-        except BackendFailure:
-            self.counters.add("merge_failures")
-            self.failed_merges_in_a_row += 1
-            if self.failed_merges_in_a_row >= MERGE_FAILURES_TOLERATED:
-                raise
-            logger.warning("merge failed (%d in a row); the cards wait for the next merge",
-                           self.failed_merges_in_a_row)
-            return None
+            reports, held = self.aggregator.step(), self.head_reward()
+        except BackendFailure as exc:
+            self._count_merge_failure(exc)
+            return [], self.last_reward if self.last_reward is not None else 0.0
         self.failed_merges_in_a_row = 0
+        self.last_reward = held
         return reports, held
 
     def initial_reward(self) -> float:
         """The starting head's held-out reward, with the same tolerance as `merge`."""
-        for attempt in range(1, MERGE_FAILURES_TOLERATED + 1):
+        while True:
             try:
-                return sum(self.aggregator.head_scores(self.artifact_id)) / len(self.held_out)
-            except BackendFailure:
-                self.counters.add("merge_failures")
-                if attempt == MERGE_FAILURES_TOLERATED:
-                    raise
-        raise AssertionError("unreachable")
+                self.last_reward = self.head_reward()
+            except BackendFailure as exc:
+                self._count_merge_failure(exc)
+                continue
+            self.failed_merges_in_a_row = 0
+            return self.last_reward
 
     def score(self, task: Task, output: str) -> float:
         """The reward of one output, with the reward contract checked."""
@@ -785,9 +795,9 @@ def finish(env: RunEnv, *, history: list[RoundInfo], stop_reason: str, error: st
     """Assemble the `EvolutionResult` from the ledger head (both runtimes call this)."""
     version, state = env.ledger.head(env.artifact_id)
     try:
-        final = sum(env.aggregator.head_scores(env.artifact_id)) / len(env.held_out)
+        final = env.head_reward()
     except BackendFailure as exc:  # the evaluator itself is down: report what we know
-        final = history[-1].held_out_reward if history else (initial_reward or 0.0)
+        final = env.last_reward if env.last_reward is not None else 0.0
         error = error or str(exc)
     counters: dict[str, Any] = dict(env.counters.as_dict())
     counters.update({f"merge_{k}": v for k, v in sorted(env.aggregator.counters.items())})
@@ -1039,11 +1049,10 @@ def _run_sync(env: RunEnv, stops: StopRules, rounds: int, refresh_interval: int,
                 env.aggregator.ingest(card)
             env.governor.spend(env.usage.total_tokens)
             try:
-                merged = env.merge()
+                reports, held = env.merge()
             except BackendFailure as exc:
                 stop_reason, error = "error", str(exc)
                 break
-            reports, held = merged if merged is not None else ([], history[-1].held_out_reward if history else initial)
             env.governor.spend(env.usage.total_tokens)
             info = RoundInfo(
                 index=index, held_out_reward=held, tokens=env.usage.total_tokens - tokens_before,
