@@ -62,7 +62,6 @@ class _Item:
     worker_id: int
     rollout: Rollout | None
     card: EvidenceCard | None
-    admitted_at: int
 
 
 class _GroupTracker:
@@ -99,7 +98,6 @@ class _AsyncRun:
         self.queue: list[_Item] = []
         self.closed = False
         self.admitted = 0
-        self.inflight: dict[int, int] = {}  # admission ticket -> snapshot version
         self.force = [False] * n_workers
         self.forced_refreshes = 0
         self.retired: set[int] = set()
@@ -126,8 +124,8 @@ class _AsyncRun:
         """
         return self.admitted < (self.alpha + self.merge_steps + 1) * self.n_workers
 
-    def admit(self, w: int, snapshot: tuple[int, dict[str, str]] | None) -> tuple[int, tuple[int, dict[str, str]]] | None:
-        """Block until worker ``w`` may start a rollout; return (ticket, snapshot) or None to exit."""
+    def admit(self, w: int, snapshot: tuple[int, dict[str, str]] | None) -> tuple[int, dict[str, str]] | None:
+        """Block until worker ``w`` may start a rollout; return its snapshot, or None to exit."""
         env = self.env
         with self.cond:
             while True:
@@ -141,11 +139,11 @@ class _AsyncRun:
                     self.backpressure_waits += 1
                     self.cond.wait(0.05)
                     continue
-                head = env.ledger.versions()[self.aid]
                 if self.pacing and not self._pacing_allows():
                     self.pacing_waits += 1
                     self.cond.wait(0.05)
                     continue
+                head = env.ledger.versions()[self.aid]
                 forced = self.force[w]
                 stale = snapshot is None or head - snapshot[0] > self.async_ratio
                 if forced or stale or (self.pacing and snapshot[0] != head):
@@ -154,17 +152,14 @@ class _AsyncRun:
                     if forced:
                         self.force[w] = False
                         self.forced_refreshes += 1
-                ticket = self.admitted
                 self.admitted += 1
-                self.inflight[ticket] = snapshot[0]
-                return ticket, snapshot
+                return snapshot
 
     def deliver(self, item: _Item) -> None:
         """Queue a finished item for the merger; a result after the stop is dropped, never merged."""
         with self.cond:
             if self.closed:
                 self.late_dropped += 1
-                self.inflight.pop(item.admitted_at, None)
                 return
             self.queue.append(item)
             self.cond.notify_all()
@@ -177,10 +172,9 @@ class _AsyncRun:
         failures = 0
         try:
             while True:
-                admitted = self.admit(w, snapshot)
-                if admitted is None:
+                snapshot = self.admit(w, snapshot)
+                if snapshot is None:
                     return
-                ticket, snapshot = admitted
                 rollout: Rollout | None = None
                 card: EvidenceCard | None = None
                 try:
@@ -195,10 +189,10 @@ class _AsyncRun:
                     with self.cond:
                         self.fatal = exc
                         self.cond.notify_all()
-                    self.deliver(_Item(w, None, None, ticket))
+                    self.deliver(_Item(w, None, None))
                     return
                 env.governor.spend(env.usage.total_tokens)
-                self.deliver(_Item(w, rollout, card, ticket))
+                self.deliver(_Item(w, rollout, card))
                 if failures >= RETIRE_AFTER:
                     logger.warning("worker %d retired after %d failed steps", w, failures)
                     with self.cond:
@@ -225,13 +219,10 @@ class _AsyncRun:
         with self.cond:
             return self.exited >= self.n_workers and not self.queue
 
-    def settle(self, items: Sequence[_Item]) -> None:
-        """Mark merged items done (after a sweep); every sweep is one pacing step."""
+    def settle(self) -> None:
+        """A sweep has ended: one more pacing step; wake workers waiting to be admitted."""
         with self.cond:
-            for item in items:
-                self.inflight.pop(item.admitted_at, None)
-            if items:
-                self.merge_steps += 1
+            self.merge_steps += 1
             self.cond.notify_all()
 
 
@@ -409,7 +400,7 @@ def _merge_loop(run: _AsyncRun, stops: StopRules, on_round: Callable[[RoundInfo]
                     stop_reason, error = "error", str(exc)
                     break
                 finally:
-                    run.settle(items)
+                    run.settle()
                 counts = summarize_reports(reports)
                 tokens_now = env.usage.total_tokens
                 info = RoundInfo(
@@ -457,8 +448,6 @@ def _merge_loop(run: _AsyncRun, stops: StopRules, on_round: Callable[[RoundInfo]
             run.closed = True
             # finished rollouts still queued at the stop are dropped, and counted as such
             run.late_dropped += len(run.queue)
-            for item in run.queue:
-                run.inflight.pop(item.admitted_at, None)
             run.queue = []
             run.cond.notify_all()
         deadline = time.monotonic() + grace_seconds
