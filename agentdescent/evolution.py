@@ -507,9 +507,11 @@ class RolloutEvaluator:
 
     def _scores(self, state: Mapping[str, str], tasks: list[Task]) -> list[float]:
         digest = stable_hash(sorted(state.items()))
-        rendered = self.env.strategy.render(state)
         with self._lock:
             missing = [t for t in tasks if (digest, t.id) not in self._cache]
+            if not missing:
+                return [self._cache[(digest, t.id)] for t in tasks]
+        rendered = self.env.strategy.render(state)
 
         def one(task: Task) -> float | BackendFailure:
             try:
