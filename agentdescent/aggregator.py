@@ -220,8 +220,7 @@ class Aggregator:
             LedgerError: the card targets an artifact the ledger does not know.
         """
         target = card.diff.target
-        info = ArtifactInfo(target, self._blast_radius(target))
-        if classify(info) is Layer.L0_FROZEN:
+        if self._layer(target) is Layer.L0_FROZEN:
             raise GovernanceError(
                 f"artifact {target!r} is frozen (L0): it can never be evolved; "
                 "propose changes to another artifact id"
@@ -236,8 +235,13 @@ class Aggregator:
         The one place alpha is chosen (from `classify`);
         the engines' admission pacing asks here too.
         """
-        layer = classify(ArtifactInfo(artifact_id, self._blast_radius(artifact_id)))
+        return self._alpha(self._layer(artifact_id))
+
+    def _alpha(self, layer: Layer) -> int:
         return self.config.alpha_head if layer is Layer.L1_SLOW else self.config.alpha_tail
+
+    def _layer(self, artifact_id: str) -> Layer:
+        return classify(ArtifactInfo(artifact_id, self._blast_radius(artifact_id)))
 
     def _blast_radius(self, artifact_id: str) -> float:
         # fixed at registration, so one ledger read per artifact is enough
@@ -326,8 +330,8 @@ class Aggregator:
         cfg = self.config
         version, head_state = self.ledger.head(artifact_id)
         blast = self._blast_radius(artifact_id)
-        layer = classify(ArtifactInfo(artifact_id, blast))
-        alpha = self.alpha_for(artifact_id)
+        layer = self._layer(artifact_id)
+        alpha = self._alpha(layer)
         considered = len(cards)
 
         in_region = [
