@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .acceptance import AcceptanceDecision, decide_acceptance
 from .allocator import AllocatorPolicy, pre_spend_context
-from .fusion import rank_cards, resolve_conflicts, union_diff
+from .fusion import rank_cards, resolve_conflicts, union_diff, union_members
 from .governance import ArtifactInfo, Layer, classify
 from .staleness import GuardedStaleness, StaleAction, StalenessPolicy
 from .types import (
@@ -129,24 +129,6 @@ class _Prepared:
     discarded_stale: int
     conflicts_dropped: int
     notes: list[str] = field(default_factory=list)
-
-
-def _union_members(survivors: list[EvidenceCard]) -> list[EvidenceCard]:
-    """The survivors that may join a union.
-
-    When some survivor's self-verify measured a gain, a survivor whose self-verify ran
-    and measured no gain (delta <= 0) stays out: it brought no evidence of helping, and
-    inside a union that beats the head it would ride in on its partners' evidence
-    (neutral-looking wrong rules do exactly that). Cards whose self-verify was skipped
-    or never run are not judged by it.
-    """
-    def measured_no_gain(c: EvidenceCard) -> bool:
-        d = c.before_after_delta
-        return c.self_verified and d is not None and d <= 0
-
-    if not any(c.self_verified and (c.before_after_delta or 0) > 0 for c in survivors):
-        return list(survivors)
-    return [c for c in survivors if not measured_no_gain(c)]
 
 
 @dataclass
@@ -399,7 +381,7 @@ class Aggregator:
         notes = []
         if oversized:
             notes.append(f"{oversized} oversized")
-        members = _union_members(survivors) if cfg.fusion_requires_evidence else list(survivors)
+        members = union_members(survivors) if cfg.fusion_requires_evidence else list(survivors)
         if len(members) == 1:
             chosen, fused, contributors = members[0].diff, False, members
             intake.set_aside.extend(c for c in survivors if c is not members[0])

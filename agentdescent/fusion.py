@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from .strategies import same_value
 from .types import Diff, EvidenceCard, stable_hash
 
-__all__ = ["contradicts", "rank_cards", "resolve_conflicts", "union_diff"]
+__all__ = ["contradicts", "rank_cards", "resolve_conflicts", "union_diff", "union_members"]
 
 
 def contradicts(a: Diff, b: Diff) -> bool:
@@ -118,3 +118,21 @@ def union_diff(diffs: Sequence[Diff], target: str) -> Diff:
     diff_id = f"u{stable_hash(target, [d.diff_id for d in diffs]):016x}"
     breaking = any(d.contract_breaking for d in diffs)
     return Diff(diff_id, target, ops, contract_breaking=breaking, author="fusion")
+
+
+def union_members(survivors: Sequence[EvidenceCard]) -> list[EvidenceCard]:
+    """The survivors that may join a union.
+
+    When some survivor's self-verify measured a gain, a survivor whose self-verify ran
+    and measured no gain (delta <= 0) stays out: it brought no evidence of helping, and
+    inside a union that beats the head it would ride in on its partners' evidence
+    (neutral-looking wrong rules do exactly that). Cards whose self-verify was skipped
+    or never run are not judged by it.
+    """
+    def measured_no_gain(c: EvidenceCard) -> bool:
+        d = c.before_after_delta
+        return c.self_verified and d is not None and d <= 0
+
+    if not any(c.self_verified and (c.before_after_delta or 0) > 0 for c in survivors):
+        return list(survivors)
+    return [c for c in survivors if not measured_no_gain(c)]
