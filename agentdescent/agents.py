@@ -1,24 +1,33 @@
-"""Agents and the model seam: the token meter, completions, the Provider protocol.
+"""`LLMAgent`: the agent built on a `Provider` (templates, proposal parsing, conversations).
 
-This module owns what an agent is to the engines (``solve`` and ``propose``), the
-thread-safe `Usage` meter every token budget reads, the one primitive seam
-to a language model, `Provider`, and `LLMAgent`, the agent built on a
-provider. It must not import a provider SDK: the adapters live in
-`agentdescent.providers` and load their SDKs lazily.
+This module owns how an agent turns a task and an artifact into model messages and a
+reply into a proposal. The model seam it builds on (`Usage`, `Completion`, `Provider`,
+`Agent`, the phase and worker scopes) lives in `agentdescent.model` and is re-exported
+here for the public ``agentdescent.agents`` names. It must not import a provider SDK: the
+adapters live in `agentdescent.providers` and load their SDKs lazily.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import re
 import string
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any
 
+from .context import ContextManager
+from .model import (
+    Agent,
+    Completion,
+    Provider,
+    Usage,
+    current_worker,
+    estimate_tokens,
+    thread_tokens,
+    usage_phase,
+    worker_scope,
+)
 from .types import Task
 
 __all__ = [
@@ -37,222 +46,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("agentdescent.agents")
-
-_PHASE = threading.local()
-_WORKER = threading.local()
-
-
-@contextlib.contextmanager
-def worker_scope(worker_id: int | None) -> Iterator[None]:
-    """Mark the calls made *in this thread* inside the block as worker ``worker_id``'s.
-
-    The engines wrap each worker's rollout, proposal and self-verify calls in it, so an
-    agent can keep per-worker state (``LLMAgent(conversation=True)`` keeps one
-    conversation per worker) without the Agent protocol carrying a worker id.
-    """
-    previous = getattr(_WORKER, "id", None)
-    _WORKER.id = worker_id
-    try:
-        yield
-    finally:
-        _WORKER.id = previous
-
-
-def thread_tokens() -> int:
-    """Tokens recorded by *this thread* on any `Usage` meter since it started.
-
-    The engines read it before and after a worker's calls to put the card's own cost on
-    the evidence card (``cost_tokens``) without any meter per card.
-    """
-    return getattr(_PHASE, "tokens", 0)
-
-
-def current_worker() -> int | None:
-    """The worker id set by `worker_scope` in this thread, or None outside a worker."""
-    return getattr(_WORKER, "id", None)
-
-
-@contextlib.contextmanager
-def usage_phase(name: str) -> Iterator[None]:
-    """Attribute every token recorded *in this thread* inside the block to ``name``.
-
-    The engines wrap their calls in phases (``"rollout"``, ``"proposal"``,
-    ``"self_verify"``, ``"evaluation"``) so that `Usage.by_phase` can say where
-    a budget went, without providers or user callables knowing about phases: they
-    record into the meter from the calling thread, and the meter reads the phase.
-    """
-    previous = getattr(_PHASE, "name", None)
-    _PHASE.name = name
-    try:
-        yield
-    finally:
-        _PHASE.name = previous
-
-
-class Usage:
-    """A thread-safe token meter.
-
-    Engines read it for token budgets; providers record into it; plain callables may
-    record into the ``usage=`` they were given. All counters only grow.
-
-    Args:
-        prompt_tokens: prompt (input) tokens, cached ones included.
-        completion_tokens: generated (output) tokens.
-        cached_tokens: the part of ``prompt_tokens`` served from a provider's prompt cache.
-        calls: model calls (or simulated calls) recorded.
-    """
-
-    __slots__ = (
-        "_lock", "_phases", "cache_write_tokens", "cached_tokens", "calls", "completion_tokens",
-        "prompt_tokens",
-    )
-
-    def __init__(
-        self,
-        prompt_tokens: int = 0,
-        completion_tokens: int = 0,
-        cached_tokens: int = 0,
-        calls: int = 0,
-    ) -> None:
-        self._lock = threading.Lock()
-        self.prompt_tokens = int(prompt_tokens)
-        self.completion_tokens = int(completion_tokens)
-        self.cached_tokens = int(cached_tokens)
-        self.cache_write_tokens = 0
-        self.calls = int(calls)
-        self._phases: dict[str, int] = {}
-
-    @property
-    def total_tokens(self) -> int:
-        """Prompt plus completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
-
-    def record(
-        self,
-        prompt_tokens: int = 0,
-        completion_tokens: int = 0,
-        cached_tokens: int = 0,
-        calls: int = 1,
-        *,
-        cache_write_tokens: int = 0,
-    ) -> None:
-        """Add one call's tokens (or several calls' with ``calls=N``).
-
-        Raises:
-            ValueError: a count is negative (a meter never runs backwards).
-        """
-        values = (prompt_tokens, completion_tokens, cached_tokens, calls, cache_write_tokens)
-        if any(int(v) < 0 for v in values):
-            raise ValueError(f"Usage.record got a negative count: {values!r}")
-        phase = getattr(_PHASE, "name", None) or "other"
-        _PHASE.tokens = getattr(_PHASE, "tokens", 0) + int(prompt_tokens) + int(completion_tokens)
-        with self._lock:
-            self._phases[phase] = self._phases.get(phase, 0) + int(prompt_tokens) + int(completion_tokens)
-            self.prompt_tokens += int(prompt_tokens)
-            self.completion_tokens += int(completion_tokens)
-            self.cached_tokens += int(cached_tokens)
-            self.cache_write_tokens += int(cache_write_tokens)
-            self.calls += int(calls)
-
-    def add(self, other: Usage) -> None:
-        """Add everything another meter has recorded."""
-        snap = other.snapshot()
-        self.record(
-            snap["prompt_tokens"],
-            snap["completion_tokens"],
-            snap["cached_tokens"],
-            snap["calls"],
-            cache_write_tokens=snap["cache_write_tokens"],
-        )
-
-    def by_phase(self) -> dict[str, int]:
-        """Total tokens per phase (see `usage_phase`); unattributed ones under ``"other"``."""
-        with self._lock:
-            return dict(sorted(self._phases.items()))
-
-    def snapshot(self) -> dict[str, int]:
-        """A consistent copy of every counter (taken under the lock)."""
-        with self._lock:
-            return {
-                "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens,
-                "cached_tokens": self.cached_tokens,
-                "cache_write_tokens": self.cache_write_tokens,
-                "calls": self.calls,
-                "total_tokens": self.prompt_tokens + self.completion_tokens,
-            }
-
-    def __repr__(self) -> str:
-        s = self.snapshot()
-        return (
-            f"Usage(prompt_tokens={s['prompt_tokens']}, completion_tokens={s['completion_tokens']}, "
-            f"cached_tokens={s['cached_tokens']}, calls={s['calls']})"
-        )
-
-
-@dataclass
-class Completion:
-    """One model reply.
-
-    Args:
-        text: the reply's text.
-        usage: the tokens this call used, when the provider reports them.
-    """
-
-    text: str
-    usage: Usage | None = None
-
-
-@runtime_checkable
-class Provider(Protocol):
-    """The one primitive seam to a language model.
-
-    ``complete`` may be called from several worker threads at once; implementations
-    must be thread-safe. Options the engines pass: ``model``, ``tools``,
-    ``max_tokens``, ``temperature``; a provider ignores none silently (an option it
-    cannot honour raises ``TypeError`` naming it). Failures are raised as
-    `agentdescent.ProviderError` (or a subclass), never as SDK exceptions.
-    """
-
-    def complete(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Completion:
-        """Send ``messages`` (OpenAI-style role/content dicts) and return the reply."""
-        ...
-
-
-@runtime_checkable
-class Agent(Protocol):
-    """What the engines drive: solve a task with the artifact, propose a change to it.
-
-    Both methods are called from worker threads, possibly concurrently.
-    """
-
-    def solve(self, rendered: str, task: Task) -> str:
-        """Run ``task`` with the rendered artifact and return the output."""
-        ...
-
-    def propose(self, rendered: str, task: Task, output: str, reward: float) -> str | None:
-        """Propose one change to the artifact after a rollout, or None for no change."""
-        ...
-
-
-# --------------------------------------------------------------------------- token estimate
-
-
-def estimate_tokens(text: str) -> int:
-    """A deterministic offline token estimate: ``ceil(len(text) / 4)``.
-
-    Used wherever a real tokenizer's count is not available (plain callables, fakes, an
-    endpoint that reports no usage) so that token budgets still bind. It needs no
-    download and gives the same number on every machine; it is not a tokenizer.
-
-    Args:
-        text: the text to count.
-
-    Returns:
-        The estimated token count (0 for empty text).
-    """
-    return math.ceil(len(text) / 4)
-
 
 # --------------------------------------------------------------------------- LLMAgent
 
@@ -416,6 +209,7 @@ class LLMAgent:
         self.max_tokens = max_tokens
         self.temperature = temperature
         provider_usage = getattr(provider, "usage", None)
+        self._provider_meter = provider_usage if isinstance(provider_usage, Usage) else None
         if usage is None and isinstance(provider_usage, Usage):
             self.usage = provider_usage
             self._provider_records = True
@@ -436,8 +230,6 @@ class LLMAgent:
 
     def _conversation_for(self, key: Any) -> Any:
         """The compacting conversation of one worker (created on first use)."""
-        from .context import ContextManager  # context imports this module
-
         with self._lock:
             if key not in self.conversations:
                 self.conversations[key] = ContextManager(
@@ -464,11 +256,13 @@ class LLMAgent:
         text = result.text if isinstance(result.text, str) else ""
         if not self._provider_records:
             call = result.usage
-            if call is None:
-                prompt = "\n\n".join(m["content"] for m in messages)
-                call = Usage()
-                call.record(estimate_tokens(prompt), estimate_tokens(text), 0)
-            self.usage.add(call)
+            if self._provider_meter is not None and call is not None:
+                self.usage.mirror(call)  # the provider's own meter already counted it
+            else:
+                if call is None:
+                    prompt = "\n\n".join(m["content"] for m in messages)
+                    call = Usage(estimate_tokens(prompt), estimate_tokens(text), 0, 1)
+                self.usage.add(call)
         return text
 
     def _converse(self, user: str) -> str:

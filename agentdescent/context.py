@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
-from .agents import Provider
+from .model import Provider
 from .types import ContractError
 
 __all__ = [

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ._http import parse_retry_after
-from .agents import Completion, Usage, estimate_tokens
+from .model import Completion, Usage, estimate_tokens
 from .types import ProviderError
 
 __all__ = [
@@ -418,10 +418,7 @@ class _SDKProvider:
         response, attempts = self._with_retries(lambda: self._send(msgs, model, opts), model)
         text, call_usage = self._read(response, model)
         if call_usage is None:
-            call_usage = Usage()
-            call_usage.record(
-                estimate_tokens(messages_to_prompt(msgs)), estimate_tokens(text), 0
-            )
+            call_usage = Usage(estimate_tokens(messages_to_prompt(msgs)), estimate_tokens(text), 0, 1)
             if not self._warned_no_usage:
                 self._warned_no_usage = True
                 log.warning(
@@ -638,11 +635,11 @@ class OpenAICompatibleProvider(_SDKProvider):
         if raw is None or getattr(raw, "prompt_tokens", None) is None:
             return text, None
         details = getattr(raw, "prompt_tokens_details", None)
-        call = Usage()
-        call.record(
+        call = Usage(
             int(raw.prompt_tokens or 0),
             int(getattr(raw, "completion_tokens", 0) or 0),
             int(getattr(details, "cached_tokens", 0) or 0),
+            1,
             cache_write_tokens=int(getattr(details, "cache_write_tokens", 0) or 0),
         )
         return text, call
@@ -730,13 +727,13 @@ class AnthropicProvider(_SDKProvider):
             return text, None
         read = int(getattr(raw, "cache_read_input_tokens", 0) or 0)
         write = int(getattr(raw, "cache_creation_input_tokens", 0) or 0)
-        call = Usage()
         # Anthropic's input_tokens excludes both cache parts; Usage.prompt_tokens is
         # everything the prompt cost, so the three are summed.
-        call.record(
+        call = Usage(
             int(raw.input_tokens) + read + write,
             int(getattr(raw, "output_tokens", 0) or 0),
             read,
+            1,
             cache_write_tokens=write,
         )
         return text, call
@@ -997,8 +994,7 @@ class CallableProvider:
                 "return the reply as a str (or a Completion)"
             )
         if call is None:
-            call = Usage()
-            call.record(estimate_tokens(prompt), estimate_tokens(text), 0)
+            call = Usage(estimate_tokens(prompt), estimate_tokens(text), 0, 1)
         self.usage.add(call)
         return Completion(text, call)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .agents import Completion, Usage, estimate_tokens
+from .model import Completion, Usage, estimate_tokens
 from .context import SUMMARY_REQUEST_TAG, RateCard, TokenCounter, default_token_counter
 from .providers import check_options, messages_to_prompt
 from .types import stable_hash
@@ -101,8 +101,7 @@ class FakeProvider:
                 "the reply as a str or a Completion"
             )
         if call is None:
-            call = Usage()
-            call.record(estimate_tokens(messages_to_prompt(copied)), estimate_tokens(text), 0)
+            call = Usage(estimate_tokens(messages_to_prompt(copied)), estimate_tokens(text), 0, 1)
         self.usage.add(call)
         return Completion(text, call)
 
@@ -393,7 +392,6 @@ class CachingProviderSim:
             ))
             if self.record_requests:
                 self.requests.append({"messages": copied, "options": dict(opts)})
-        call_usage = Usage()
-        call_usage.record(prompt_tokens, completion_tokens, cached, 1)
+        call_usage = Usage(prompt_tokens, completion_tokens, cached, 1)
         self.usage.add(call_usage)
         return Completion(text, call_usage)

@@ -85,7 +85,21 @@ class GovernanceError(AgentDescentError, ValueError):
 
 
 class ProviderError(AgentDescentError):
-    """A model provider failed: authentication, rate limit, bad request or unavailability."""
+    """A model provider failed: authentication, rate limit, bad request or unavailability.
+
+    Every provider error says whether trying the same call again can help, so that the
+    engines never retry what cannot succeed and never multiply the provider's own retries.
+
+    Attributes:
+        retryable: True when the failure is transient (rate limit, 5xx, timeout) and the
+            provider gave up only because its own retry bound ran out: a later call may
+            succeed. False when the same request cannot succeed (rejected key, bad
+            request, unknown model, unreachable endpoint): the engines end the run at once.
+        endpoint: the base URL the call went to (credentials stripped), when known.
+    """
+
+    retryable: bool = False
+    endpoint: str | None = None
 
 
 # --------------------------------------------------------------------------- helpers

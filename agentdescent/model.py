@@ -1,0 +1,308 @@
+"""The model seam: the token meter, completions, the `Provider` and `Agent` protocols.
+
+This module owns what every other part of the package agrees on about a language model:
+the thread-safe `Usage` meter every token budget reads, the per-thread scopes the engines
+open around a call (its phase, its worker, the run meters it must also land in), one reply
+(`Completion`), and the two protocols (`Provider`, `Agent`). It imports nothing of the
+package but `types`, so the agent, the context manager, the providers and the engines can
+all build on it without importing each other.
+
+**How tokens reach a run's budget.** A provider records a call's tokens into *its own*
+meter; a user's callable may record into the ``usage=`` it was given; an agent may keep a
+third. The engines do not need to know which: around every call they open
+`run_meters(...)`, and each `Usage.record` made in that thread inside the scope is also
+recorded, once, into the run's meters. Copying a call that was already recorded into a
+second meter (`Usage.mirror`) is not new spend and is not forwarded again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from .types import Task
+
+__all__ = [
+    "Agent",
+    "Completion",
+    "Provider",
+    "Usage",
+    "current_worker",
+    "estimate_tokens",
+    "run_meters",
+    "thread_tokens",
+    "usage_phase",
+    "worker_scope",
+]
+
+_LOCAL = threading.local()
+
+
+@contextlib.contextmanager
+def worker_scope(worker_id: int | None) -> Iterator[None]:
+    """Mark the calls made *in this thread* inside the block as worker ``worker_id``'s.
+
+    The engines wrap each worker's rollout, proposal and self-verify calls in it, so an
+    agent can keep per-worker state (``LLMAgent(conversation=True)`` keeps one
+    conversation per worker) without the Agent protocol carrying a worker id.
+    """
+    previous = getattr(_LOCAL, "worker", None)
+    _LOCAL.worker = worker_id
+    try:
+        yield
+    finally:
+        _LOCAL.worker = previous
+
+
+def current_worker() -> int | None:
+    """The worker id set by `worker_scope` in this thread, or None outside a worker."""
+    return getattr(_LOCAL, "worker", None)
+
+
+def thread_tokens() -> int:
+    """Tokens recorded by *this thread* on any `Usage` meter since it started.
+
+    Mirrors (`Usage.mirror`) are not counted: the same call is counted once, however many
+    meters it lands in. The engines read it before and after a call to know what that
+    call cost.
+    """
+    return getattr(_LOCAL, "tokens", 0)
+
+
+@contextlib.contextmanager
+def usage_phase(name: str) -> Iterator[None]:
+    """Attribute every token recorded *in this thread* inside the block to ``name``.
+
+    The engines wrap their calls in phases (``"rollout"``, ``"proposal"``,
+    ``"self_verify"``, ``"evaluation"``) so that `Usage.by_phase` can say where
+    a budget went, without providers or user callables knowing about phases: they
+    record into a meter from the calling thread, and the meter reads the phase.
+    """
+    previous = getattr(_LOCAL, "phase", None)
+    _LOCAL.phase = name
+    try:
+        yield
+    finally:
+        _LOCAL.phase = previous
+
+
+@contextlib.contextmanager
+def run_meters(*meters: Usage) -> Iterator[None]:
+    """Also record, into each of ``meters``, every call recorded in this thread in the block.
+
+    The engines open it around every backend call with the run's meter, so a token budget
+    binds whichever meter the call's provider, agent or callable records into. A record
+    made directly into one of ``meters`` is not recorded into it twice.
+    """
+    previous = getattr(_LOCAL, "sinks", ())
+    _LOCAL.sinks = tuple(dict.fromkeys((*previous, *meters)))
+    try:
+        yield
+    finally:
+        _LOCAL.sinks = previous
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"Usage: {name}={value!r} is not a token count; use an integer >= 0")
+    if value < 0:
+        raise ValueError(f"Usage: {name}={value!r} is negative; a meter never runs backwards")
+    return int(value)
+
+
+class Usage:
+    """A thread-safe token meter.
+
+    Engines read it for token budgets; providers record into it; plain callables may
+    record into the ``usage=`` they were given. All counters only grow. A ``Usage`` built
+    with counts (``Usage(12, 3)``) is one call's record: building it spends nothing.
+
+    Args:
+        prompt_tokens: prompt (input) tokens, cached ones included.
+        completion_tokens: generated (output) tokens.
+        cached_tokens: the part of ``prompt_tokens`` served from a provider's prompt cache.
+        calls: model calls (or simulated calls) recorded.
+        cache_write_tokens: prompt tokens written to a provider's cache.
+
+    Raises:
+        ValueError: a count is negative or not a number.
+    """
+
+    __slots__ = (
+        "_lock", "_phases", "cache_write_tokens", "cached_tokens", "calls", "completion_tokens",
+        "prompt_tokens",
+    )
+
+    def __init__(
+        self,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cached_tokens: int = 0,
+        calls: int = 0,
+        *,
+        cache_write_tokens: int = 0,
+    ) -> None:
+        self._lock = threading.Lock()
+        self.prompt_tokens = _count(prompt_tokens, "prompt_tokens")
+        self.completion_tokens = _count(completion_tokens, "completion_tokens")
+        self.cached_tokens = _count(cached_tokens, "cached_tokens")
+        self.cache_write_tokens = _count(cache_write_tokens, "cache_write_tokens")
+        self.calls = _count(calls, "calls")
+        self._phases: dict[str, int] = {}
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def record(
+        self,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cached_tokens: int = 0,
+        calls: int = 1,
+        *,
+        cache_write_tokens: int = 0,
+    ) -> None:
+        """Record new spend: one call's tokens (or several calls' with ``calls=N``).
+
+        The spend is also recorded into the run meters of this thread's `run_meters`
+        scope, and counted by `thread_tokens`.
+
+        Raises:
+            ValueError: a count is negative or not a number (a meter never runs backwards).
+        """
+        counts = (
+            _count(prompt_tokens, "prompt_tokens"), _count(completion_tokens, "completion_tokens"),
+            _count(cached_tokens, "cached_tokens"), _count(calls, "calls"),
+            _count(cache_write_tokens, "cache_write_tokens"),
+        )
+        phase = getattr(_LOCAL, "phase", None) or "other"
+        _LOCAL.tokens = getattr(_LOCAL, "tokens", 0) + counts[0] + counts[1]
+        self._add(counts, phase)
+        for sink in getattr(_LOCAL, "sinks", ()):
+            if sink is not self:
+                sink._add(counts, phase)
+
+    def add(self, other: Usage) -> None:
+        """Record everything another meter (typically one call's record) holds as new spend."""
+        snap = other.snapshot()
+        self.record(snap["prompt_tokens"], snap["completion_tokens"], snap["cached_tokens"],
+                    snap["calls"], cache_write_tokens=snap["cache_write_tokens"])
+
+    def mirror(self, other: Usage) -> None:
+        """Copy a call that another meter already recorded: not new spend.
+
+        Neither counted by `thread_tokens` nor forwarded to the run meters, so an agent
+        that keeps its own meter beside its provider's does not count a call twice.
+        """
+        snap = other.snapshot()
+        phase = getattr(_LOCAL, "phase", None) or "other"
+        self._add((snap["prompt_tokens"], snap["completion_tokens"], snap["cached_tokens"],
+                   snap["calls"], snap["cache_write_tokens"]), phase)
+
+    def _add(self, counts: tuple[int, int, int, int, int], phase: str) -> None:
+        prompt, completion, cached, calls, cache_write = counts
+        with self._lock:
+            self._phases[phase] = self._phases.get(phase, 0) + prompt + completion
+            self.prompt_tokens += prompt
+            self.completion_tokens += completion
+            self.cached_tokens += cached
+            self.cache_write_tokens += cache_write
+            self.calls += calls
+
+    def by_phase(self) -> dict[str, int]:
+        """Total tokens per phase (see `usage_phase`); unattributed ones under ``"other"``."""
+        with self._lock:
+            return dict(sorted(self._phases.items()))
+
+    def snapshot(self) -> dict[str, int]:
+        """A consistent copy of every counter (taken under the lock)."""
+        with self._lock:
+            return {
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "cached_tokens": self.cached_tokens,
+                "cache_write_tokens": self.cache_write_tokens,
+                "calls": self.calls,
+                "total_tokens": self.prompt_tokens + self.completion_tokens,
+            }
+
+    def __repr__(self) -> str:
+        s = self.snapshot()
+        return (
+            f"Usage(prompt_tokens={s['prompt_tokens']}, completion_tokens={s['completion_tokens']}, "
+            f"cached_tokens={s['cached_tokens']}, calls={s['calls']})"
+        )
+
+
+@dataclass
+class Completion:
+    """One model reply.
+
+    Args:
+        text: the reply's text.
+        usage: the tokens this call used, when the provider reports them.
+        finish_reason: why generation stopped, as the provider said (``"stop"``,
+            ``"length"`` for a reply cut off by the per-call limit, ``"tool_calls"``...),
+            or None when it did not say.
+        tool_calls: the tool calls the model asked for, as the provider returned them.
+    """
+
+    text: str
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    tool_calls: tuple[Any, ...] = ()
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """The one primitive seam to a language model.
+
+    ``complete`` may be called from several worker threads at once; implementations
+    must be thread-safe. Options the engines pass: ``model``, ``tools``,
+    ``max_tokens``, ``temperature``; a provider ignores none silently (an option it
+    cannot honour raises ``TypeError`` naming it). Failures are raised as
+    `agentdescent.ProviderError` (or a subclass), never as SDK exceptions, and say
+    through ``ProviderError.retryable`` whether trying again can help.
+    """
+
+    def complete(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Completion:
+        """Send ``messages`` (OpenAI-style role/content dicts) and return the reply."""
+        ...
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """What the engines drive: solve a task with the artifact, propose a change to it.
+
+    Both methods are called from worker threads, possibly concurrently.
+    """
+
+    def solve(self, rendered: str, task: Task) -> str:
+        """Run ``task`` with the rendered artifact and return the output."""
+        ...
+
+    def propose(self, rendered: str, task: Task, output: str, reward: float) -> str | None:
+        """Propose one change to the artifact after a rollout, or None for no change."""
+        ...
+
+
+def estimate_tokens(text: str) -> int:
+    """A deterministic offline token estimate: ``ceil(len(text) / 4)``.
+
+    Used wherever a real tokenizer's count is not available (plain callables, fakes, an
+    endpoint that reports no usage) so that token budgets still bind. It needs no
+    download and gives the same number on every machine; it is not a tokenizer.
+
+    Args:
+        text: the text to count.
+
+    Returns:
+        The estimated token count (0 for empty text).
+    """
+    return math.ceil(len(text) / 4)
