@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .model import Completion, Usage, estimate_tokens
 from .context import SUMMARY_REQUEST_TAG, RateCard, TokenCounter, default_token_counter
+from .model import Completion, Usage, estimate_tokens
 from .providers import check_options, messages_to_prompt
 from .types import stable_hash
 

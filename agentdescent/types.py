@@ -28,6 +28,7 @@ __all__ = [
     "RewardContractError",
     "Task",
     "apply_ops",
+    "sanitize_text",
     "stable_hash",
     "vv_staleness",
 ]
@@ -103,6 +104,27 @@ class ProviderError(AgentDescentError):
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def sanitize_text(text: str) -> str:
+    """``text`` with every lone UTF-16 surrogate replaced by U+FFFD.
+
+    A model reply may carry half of a surrogate pair (``"\\ud83d"``); such a string cannot
+    be encoded as UTF-8, so it would break a hash, a diff, a JSON file or the ledger far
+    from where it came in. The engines and the provider adapters pass every reply through
+    this once, at the boundary. Valid pairs are kept as the character they encode.
+
+    Args:
+        text: any string.
+
+    Returns:
+        A string that encodes as UTF-8 (``text`` itself when it already does).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def stable_hash(*parts: object, bits: int = 64) -> int:
