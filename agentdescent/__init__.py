@@ -27,18 +27,20 @@ from .context import (
     fork_break_even,
 )
 from .dataloader import DataLoadError, hf_rows, hf_rows_modelscope
-from .evolution import EvolutionResult, RoundInfo, evolve
+from .evolution import evolve
 from .governance import FAST_MAX, Layer, classify
 from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger
 from .providers import (
     ProviderAuthError,
     ProviderBadRequestError,
+    ProviderConnectionError,
     ProviderRateLimitError,
     ProviderResponseError,
     ProviderUnavailableError,
     from_callable,
     openai_compatible,
 )
+from .result import EvolutionResult, RoundInfo
 from .staleness import (
     FullStaleness,
     GuardedStaleness,
@@ -110,6 +112,7 @@ __all__ = [
     "Provider",
     "ProviderAuthError",
     "ProviderBadRequestError",
+    "ProviderConnectionError",
     "ProviderError",
     "ProviderRateLimitError",
     "ProviderResponseError",

@@ -33,6 +33,7 @@ from .types import (
     GovernanceError,
     MergeOutcome,
     MergeReport,
+    Task,
     vv_staleness,
 )
 
@@ -62,10 +63,15 @@ class Evaluator(Protocol):
         """Mean reward of ``state`` on the fixed cheap subset."""
         ...
 
+    def verify(self, artifact_id: str, state: Mapping[str, str], tasks: Sequence[Task]) -> Sequence[float] | None:
+        """Per-task rewards of ``state`` on ``tasks`` (the tasks that prompted a diff), or None.
 
-# Optional hook, detected with getattr: ``verify(artifact_id, state, tasks) -> Sequence[float]``
-# scores ``state`` on the given tasks; when present, a rebased diff is re-verified on the
-# tasks that prompted it instead of on the cheap subset.
+        The optional rebase re-verification: when it returns scores, a rebased diff is
+        re-run on the tasks that prompted it (before vs after on the fresh head); the
+        default returns None, and the diff must instead strictly beat the head on the cheap
+        subset. Subclass `Evaluator` to inherit this default.
+        """
+        return None
 
 
 @dataclass(frozen=True)
@@ -176,6 +182,12 @@ class Aggregator:
         *,
         tournament_gate: Callable[[], bool] | None = None,
     ) -> None:
+        if not isinstance(evaluator, Evaluator):
+            missing = [m for m in ("held_out", "cheap", "verify") if not callable(getattr(evaluator, m, None))]
+            raise TypeError(
+                f"evaluator={evaluator!r:.80} lacks {', '.join(missing)}(); subclass "
+                "agentdescent.Evaluator to inherit the optional verify() default"
+            )
         self.ledger = ledger
         self.evaluator = evaluator
         self.config = config if config is not None else AggregatorConfig()
@@ -240,6 +252,10 @@ class Aggregator:
         """Held-out scores of the current head (cached per version)."""
         version, state = self.ledger.head(artifact_id)
         return self._scores_of_head(artifact_id, version, state)
+
+    def cached_head_scores(self, artifact_id: str, version: int) -> list[float] | None:
+        """Held-out scores of ``version`` if this aggregator already measured it, else None (no spend)."""
+        return self._head_scores.get((artifact_id, version))
 
     def _scores_of_head(self, artifact_id: str, version: int, state: Mapping[str, str]) -> list[float]:
         key = (artifact_id, version)
@@ -438,17 +454,17 @@ class Aggregator:
     ) -> bool:
         """The cheap re-verification of a rebased diff on the current head.
 
-        With an evaluator that offers the optional ``verify(artifact_id, state, tasks)``
-        hook, the diff is re-run on the tasks that prompted it (before vs after on the
+        With an evaluator whose `Evaluator.verify` returns scores, the diff is re-run on the tasks that prompted it (before vs after on the
         fresh head); otherwise it must strictly beat the head on the cheap subset.
         """
-        verify = getattr(self.evaluator, "verify", None)
-        if callable(verify) and card.trajectory_refs:
+        if card.trajectory_refs:
             refs = list(card.trajectory_refs)
-            before = verify(artifact_id, head_state, refs)
-            after = verify(artifact_id, card.diff.apply(head_state), refs)
-            self.counters["rebase_verifications"] += 1
-            return sum(after) > sum(before)
+            before = self.evaluator.verify(artifact_id, head_state, refs)
+            if before is not None:
+                after = self.evaluator.verify(artifact_id, card.diff.apply(head_state), refs)
+                if after is not None:
+                    self.counters["rebase_verifications"] += 1
+                    return sum(after) > sum(before)
         return cheap_with(card.diff) > cheap_head()
 
     # ------------------------------------------------------------------ measure

@@ -14,7 +14,7 @@ import math
 import random
 import threading
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .types import EvidenceCard
 
@@ -111,6 +111,14 @@ class AllocatorPolicy(Protocol):
         """Learn from one measured outcome (True = committed)."""
         ...
 
+    #: The governor consults `decide` only once the remaining budget fraction falls below
+    #: this; above it every candidate gets its optional spend without asking.
+    budget_start: float = 0.5
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for the run's budget summary (``result.budget["allocator"]``); default none."""
+        return {}
+
 
 def _sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-z))
@@ -177,7 +185,7 @@ class LearningValueModel:
         return f"LearningValueModel(weights=[{w}], bias={self.bias:+.3f}, n_updates={self.n_updates})"
 
 
-class ValueBudgetAllocator:
+class ValueBudgetAllocator(AllocatorPolicy):
     """A learning allocator: skip self-verify for candidates unlikely to commit.
 
     It evaluates everything until it has seen ``min_observations`` outcomes, and

@@ -1,60 +1,58 @@
-"""The barrier-free runtime: workers never wait for a round, one merger owns every write.
+"""The barrier-free runtime, ``async_evolve()``: workers never wait for a round, one merger owns every write.
 
-This module owns only *when* things run: worker threads admit, roll out, propose and
-self-verify (the worker step of `agentdescent.evolution`) and queue their cards;
-the merger (the calling thread) sweeps the queue into the aggregator and is the only
-thread that commits. Everything else — argument checks, the worker step, the stop
-rules, the result — is the sync runtime's, reused.
+This module owns only *when* things run in an async run: worker threads admit, roll out,
+propose and self-verify (the worker step of `agentdescent.runtime`) and queue their
+results; the merger (the calling thread) sweeps the queue into the aggregator and is the
+only thread that commits. Everything else — the configuration, the worker step, the
+failure, budget and time rules, the stop rules, the result — is `agentdescent.runtime`'s,
+shared with `agentdescent.evolution`.
 
 Safety rules it owns: a worker resyncs once the head is more than ``async_ratio``
 versions past its snapshot; a stall guard forces resyncs after a run of sweeps with no
 commit (``forced_refreshes``); backpressure holds workers while the merger is behind;
-optional admission pacing keeps the expected staleness at merge within alpha; shutdown
-returns within a grace period even with a stuck rollout, and a result that arrives
-after the stop is never merged.
+optional admission pacing keeps the expected staleness at merge within alpha; a result
+that arrives after the stop is never merged.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .agents import Usage
-from .aggregator import Aggregator, AggregatorConfig
+from .aggregator import AggregatorConfig
 from .allocator import AllocatorPolicy
-from .evolution import (
-    BackendFailure,
-    EvolutionResult,
-    Rollout,
-    RoundInfo,
-    RunEnv,
-    StopRules,
-    TaskCycle,
-    _progress_bar,
-    advantage_in_group,
-    build_env,
-    card_step,
-    close_env,
-    finish,
-    rollout_step,
-    summarize_reports,
-)
 from .ledger import Ledger
-from .staleness import StalenessPolicy
+from .model import Usage
+from .result import EvolutionResult, RoundInfo
+from .runtime import (
+    POLL_SECONDS,
+    AggregatorFactory,
+    BackendFailure,
+    Clock,
+    Rollout,
+    RunConfig,
+    RunEnv,
+    TaskCycle,
+    card_step,
+    close_run,
+    drive,
+    finish,
+    merge_and_record,
+    open_run,
+    rollout_step,
+)
+from .staleness import StaleAction, StalenessPolicy
 from .strategies import Strategy
 from .types import EvidenceCard, Task
 
 __all__ = ["async_evolve"]
 
 logger = logging.getLogger("agentdescent.async_evolve")
-
-#: Consecutive failed steps after which a worker is retired.
-RETIRE_AFTER = 3
 
 
 @dataclass
@@ -64,52 +62,35 @@ class _Item:
     card: EvidenceCard | None
 
 
-class _GroupTracker:
-    """Rewards per base version, for the group-relative advantage of barrier-free rollouts."""
-
-    def __init__(self, keep: int = 64) -> None:
-        self._lock = threading.Lock()
-        self._groups: dict[int, collections.deque[float]] = {}
-        self._keep = keep
-
-    def advantage(self, version: int, reward: float) -> float:
-        with self._lock:
-            group = self._groups.setdefault(version, collections.deque(maxlen=self._keep))
-            group.append(reward)
-            values = list(group)
-        return advantage_in_group(reward, values)
-
-
 class _AsyncRun:
     """Shared state of one barrier-free run (workers + merger)."""
 
-    def __init__(self, env: RunEnv, *, n_workers: int, async_ratio: int, max_iters: int | None,
-                 pacing: bool, max_pending: int, stall_sweeps: int) -> None:
+    def __init__(self, env: RunEnv, *, async_ratio: int, pacing: bool, max_pending: int,
+                 stall_sweeps: int) -> None:
         self.env = env
         self.aid = env.artifact_id
-        self.n_workers = n_workers
+        self.n_workers = env.n_workers
         self.async_ratio = async_ratio
-        self.max_iters = max_iters
         self.pacing = pacing
-        self.alpha = env.aggregator.alpha_for(self.aid) if hasattr(env.aggregator, "alpha_for") else 1
+        self.alpha = env.aggregator.alpha_for(self.aid)
         self.max_pending = max_pending
         self.stall_sweeps = stall_sweeps
         self.cond = threading.Condition()
         self.queue: list[_Item] = []
         self.closed = False
         self.admitted = 0
-        self.force = [False] * n_workers
+        self.delivered = 0
+        self.force = [False] * self.n_workers
         self.forced_refreshes = 0
-        self.retired: set[int] = set()
         self.exited = 0
         self.late_dropped = 0
         self.pacing_waits = 0
         self.backpressure_waits = 0
         self.resyncs = 0
         self.merge_steps = 0
-        self.fatal: BaseException | None = None  # a contract error raised in a worker
-        self.cycle = TaskCycle(env.train, env.seed)
-        self.groups = _GroupTracker()
+        self.admission_stop: str | None = None  # why admission closed, once it has
+        self.fatal: BaseException | None = None  # raised in a worker: ends the run
+        self.cycle = TaskCycle(env.train, env.config.seed)
 
     # ------------------------------------------------------------------ admission
 
@@ -129,19 +110,21 @@ class _AsyncRun:
         env = self.env
         with self.cond:
             while True:
-                if self.closed or w in self.retired:
+                if self.closed or self.fatal is not None or self.admission_stop is not None:
                     return None
-                if self.max_iters is not None and self.admitted >= self.max_iters:
-                    return None
-                if env.governor.over_budget():
+                in_flight = self.admitted - self.delivered
+                reason = env.admission_check(self.admitted, env.step_cost() * (in_flight + 1))
+                if reason is not None:
+                    self.admission_stop = reason
+                    self.cond.notify_all()
                     return None
                 if len(self.queue) >= self.max_pending:
                     self.backpressure_waits += 1
-                    self.cond.wait(0.05)
+                    self.cond.wait(POLL_SECONDS)
                     continue
                 if self.pacing and not self._pacing_allows():
                     self.pacing_waits += 1
-                    self.cond.wait(0.05)
+                    self.cond.wait(POLL_SECONDS)
                     continue
                 head = env.ledger.versions()[self.aid]
                 forced = self.force[w]
@@ -158,6 +141,7 @@ class _AsyncRun:
     def deliver(self, item: _Item) -> None:
         """Queue a finished item for the merger; a result after the stop is dropped, never merged."""
         with self.cond:
+            self.delivered += 1
             if self.closed:
                 self.late_dropped += 1
                 return
@@ -169,7 +153,6 @@ class _AsyncRun:
     def worker(self, w: int) -> None:
         env = self.env
         snapshot: tuple[int, dict[str, str]] | None = None
-        failures = 0
         try:
             while True:
                 snapshot = self.admit(w, snapshot)
@@ -178,27 +161,17 @@ class _AsyncRun:
                 rollout: Rollout | None = None
                 card: EvidenceCard | None = None
                 try:
-                    task = self.cycle.next()
-                    rollout = rollout_step(env, w, task, snapshot[0], snapshot[1])
-                    advantage = self.groups.advantage(rollout.version, rollout.reward)
-                    card = card_step(env, rollout, advantage)
-                    failures = 0
+                    rollout = rollout_step(env, w, self.cycle.next(), snapshot[0], snapshot[1])
+                    card = card_step(env, rollout)
                 except BackendFailure:
-                    failures += 1
-                except BaseException as exc:  # a contract error: stop the run, surface it
+                    pass  # counted by the failure rule; the run goes on without this step
+                except BaseException as exc:  # RunFailed or a contract error: end the run with it
                     with self.cond:
-                        self.fatal = exc
+                        if self.fatal is None:
+                            self.fatal = exc
                         self.cond.notify_all()
-                    self.deliver(_Item(w, None, None))
                     return
-                env.governor.spend(env.usage.total_tokens)
                 self.deliver(_Item(w, rollout, card))
-                if failures >= RETIRE_AFTER:
-                    logger.warning("worker %d retired after %d failed steps", w, failures)
-                    with self.cond:
-                        self.retired.add(w)
-                        self.cond.notify_all()
-                    return
         finally:
             with self.cond:
                 self.exited += 1
@@ -208,7 +181,7 @@ class _AsyncRun:
 
     def take(self, timeout: float) -> list[_Item]:
         with self.cond:
-            if not self.queue:
+            if not self.queue and self.fatal is None:
                 self.cond.wait(timeout)
             items, self.queue = self.queue, []
             self.cond.notify_all()
@@ -224,6 +197,63 @@ class _AsyncRun:
         with self.cond:
             self.merge_steps += 1
             self.cond.notify_all()
+
+    def sweeps(self) -> str:
+        """The merger's loop: sweep, merge, apply the stop rules; return the stop reason."""
+        env = self.env
+        sweeps_without_commit = 0
+        while True:
+            items = self.take(POLL_SECONDS)
+            if self.fatal is not None:
+                raise self.fatal
+            if items:
+                cards = [i.card for i in items if i.card is not None]
+                try:
+                    info = merge_and_record(env, rollouts=sum(i.rollout is not None for i in items), cards=cards)
+                finally:
+                    self.settle()
+                if cards:  # a sweep with nothing to merge says nothing about a stall
+                    sweeps_without_commit = 0 if info.committed else sweeps_without_commit + 1
+                if sweeps_without_commit >= self.stall_sweeps:
+                    with self.cond:
+                        self.force = [True] * self.n_workers
+                    sweeps_without_commit = 0
+                    logger.info("stall guard: %d sweeps without a commit; forcing resyncs", self.stall_sweeps)
+                reason = env.stops.after_merge(info.held_out_reward, info.rollouts, env.governor)
+                if reason is not None:
+                    return reason
+            elif env.stops.out_of_time():
+                return "max_seconds"
+            if self.done_admitting():
+                return self.admission_stop or "max_seconds"
+
+    def shut_down(self, grace_seconds: float, *, interrupted: bool) -> int:
+        """Close admission, drop what is queued, wait for workers within the grace; return stragglers.
+
+        The wait ends at the grace on the run's clock or in real time, whichever comes
+        first, and never past the run's hard deadline; after Ctrl-C it does not wait.
+        """
+        with self.cond:
+            self.closed = True
+            self.late_dropped += len(self.queue)  # finished rollouts queued at the stop are dropped
+            self.queue = []
+            self.cond.notify_all()
+        stops = self.env.stops
+        clock_end = stops.clock() + grace_seconds
+        real_end = time.monotonic() + grace_seconds
+        threads = self.threads
+        while not interrupted and any(t.is_alive() for t in threads):
+            if stops.clock() >= clock_end or time.monotonic() >= real_end or stops.past_deadline():
+                break
+            for t in threads:
+                t.join(POLL_SECONDS / len(threads))
+        stragglers = sum(t.is_alive() for t in threads)
+        if stragglers:
+            logger.warning("%d worker(s) still running after the %.1fs grace; their results "
+                           "will be dropped", stragglers, grace_seconds)
+        return stragglers
+
+    threads: list[threading.Thread]
 
 
 def async_evolve(
@@ -250,11 +280,11 @@ def async_evolve(
     max_tokens: int | None = None,
     staleness_policy: StalenessPolicy | str | None = None,
     agg_config: AggregatorConfig | None = None,
-    aggregator_factory: Callable[..., Aggregator] | None = None,
+    aggregator_factory: AggregatorFactory | None = None,
     fusion_tournament: bool | None = None,
     cheap_eval_tasks: int | Sequence[Task] | None = None,
     allocator: AllocatorPolicy | None = None,
-    ledger: Ledger | str | None = None,
+    ledger: Ledger | str | os.PathLike[str] | None = None,
     usage: Usage | None = None,
     on_round: Callable[[RoundInfo], None] | None = None,
     progress: bool = False,
@@ -263,6 +293,10 @@ def async_evolve(
     stall_sweeps: int | None = None,
     grace_seconds: float = 2.0,
     stop_on_diminishing_returns: bool = False,
+    max_rollouts: int | None = None,
+    call_attempts: int = 3,
+    failure_limit: int = 3,
+    clock: Clock | None = None,
 ) -> EvolutionResult:
     """Evolve an artifact without round barriers: workers stream cards to one merger.
 
@@ -286,15 +320,19 @@ def async_evolve(
             its snapshot. Set it no higher than the staleness policy's alpha, or stale
             cards get discarded and the stall guard has to force resyncs.
         max_seconds: wall-clock limit (default 20 s).
-        max_iters: rollouts to admit in all; every admitted rollout is merged before the
-            run stops (cards ingested = rollouts finished).
+        max_iters: the older name of ``max_rollouts`` (give one or the other).
+        max_rollouts: rollouts to admit in all; every admitted rollout is merged before
+            the run stops with ``stop_reason == "max_rollouts"``.
         held_out_frac: see `evolve`.
         shuffle: see `evolve`.
         seed: see `evolve`.
         self_verify: see `evolve`.
         target_reward: see `evolve`.
-        patience: sweeps without a new best held-out reward before stopping.
-        max_tokens: token budget, checked before every admission and at every sweep.
+        patience: see `evolve` (counted in rollouts, so sweep timing does not matter).
+        max_tokens: the run's token budget, binding on every meter the calls record into.
+            A worker is admitted only while the spend so far plus the expected spend of
+            the rollouts in flight and its own still fits; it is checked again after every
+            sweep. The overshoot stays within about one sweep's spend.
         staleness_policy: see `evolve`.
         agg_config: see `evolve`.
         aggregator_factory: see `evolve`.
@@ -312,167 +350,87 @@ def async_evolve(
         max_pending: queued cards at which workers wait for the merger (default 2 x workers).
         stall_sweeps: sweeps without a commit after which every worker is forced to
             resync (default max(3, n_workers)).
-        grace_seconds: how long shutdown waits for running rollouts; threads still
-            running then are reported as stragglers and their results are dropped.
+        grace_seconds: how long work in flight may run past ``max_seconds``; the call
+            returns by ``max_seconds + grace_seconds`` whatever the backend does (worker
+            threads still running then are stragglers: daemon threads whose results are
+            dropped).
         stop_on_diminishing_returns: see `evolve`.
+        call_attempts: see `evolve`.
+        failure_limit: see `evolve`.
+        clock: see `evolve`.
 
     Returns:
         The `EvolutionResult`; ``counters`` adds ``sweeps``,
         ``stragglers``, ``late_results_dropped``, ``wasted_rollouts``,
-        ``pacing_waits``, ``backpressure_waits``, ``resyncs`` and ``retired_workers``.
+        ``pacing_waits``, ``backpressure_waits``, ``resyncs`` and ``admitted``.
     """
-    if max_iters is not None and (isinstance(max_iters, bool) or not isinstance(max_iters, int) or max_iters < 1):
-        raise ValueError(f"max_iters={max_iters!r}: use an integer >= 1 or None")
-    if not (isinstance(grace_seconds, (int, float)) and grace_seconds >= 0):
-        raise ValueError(f"grace_seconds={grace_seconds!r}: use a number of seconds >= 0")
+    arguments = dict(locals())
+    if max_iters is not None and max_rollouts is not None:
+        raise ValueError(
+            f"max_iters={max_iters!r} and max_rollouts={max_rollouts!r}: they are the same "
+            "knob (max_iters is its older name); give one"
+        )
+    if not isinstance(async_ratio, int) or isinstance(async_ratio, bool) or async_ratio < 0:
+        raise ValueError(f"async_ratio={async_ratio!r}: use an integer >= 0")
     for name, value in (("max_pending", max_pending), ("stall_sweeps", stall_sweeps)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{name}={value!r}: use an integer >= 1 or None")
-    if max_seconds is None and max_iters is None and target_reward is None and max_tokens is None and patience is None:
+    cap = max_rollouts if max_rollouts is not None else max_iters
+    if max_seconds is None and cap is None and target_reward is None and max_tokens is None and patience is None:
         raise ValueError(
-            "async_evolve needs a stop rule: give max_seconds, max_iters, target_reward, "
+            "async_evolve needs a stop rule: give max_seconds, max_rollouts, target_reward, "
             "patience or max_tokens"
         )
-    stops = StopRules(target_reward, patience, max_seconds, None)
-    env = build_env(
-        tasks=tasks, reward=reward, agent=agent, run=run, propose=propose, strategy=strategy,
-        initial_state=initial_state, blast_radius=blast_radius, artifact_id=artifact_id,
-        rounds=1, n_workers=n_workers, max_concurrency=n_workers, refresh_interval=1,
-        held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, self_verify=self_verify,
-        max_tokens=max_tokens, staleness_policy=staleness_policy, agg_config=agg_config,
-        aggregator_factory=aggregator_factory, fusion_tournament=fusion_tournament,
-        cheap_eval_tasks=cheap_eval_tasks, allocator=allocator, ledger=ledger, usage=usage,
-        executor=None, async_ratio=async_ratio,
-        stop_on_diminishing_returns=stop_on_diminishing_returns,
-    )
-    state = _AsyncRun(
-        env, n_workers=n_workers, async_ratio=async_ratio, max_iters=max_iters, pacing=pacing,
-        max_pending=max_pending or 2 * n_workers, stall_sweeps=stall_sweeps or max(3, n_workers),
-    )
-    policy_name = getattr(env.aggregator.staleness_policy, "name", "")
-    if policy_name == "guarded" and async_ratio > state.alpha:
-        logger.warning(
-            "async_ratio=%d is above the staleness tolerance alpha=%d of artifact %r under the "
-            "guarded policy: cards built %d..%d versions behind will be discarded. Set "
-            "async_ratio <= %d, use pacing=True, or the reflective policy",
-            async_ratio, state.alpha, artifact_id, state.alpha + 1, async_ratio, state.alpha,
-        )
+    config = RunConfig.from_arguments(arguments, max_rollouts=cap, max_concurrency=n_workers)
+    env = open_run(config)
+    env.unit = "sweep"
+    if env.bar is not None:
+        env.bar.desc, env.bar.unit = "async_evolve", "sweep"
     try:
-        return _merge_loop(state, stops, on_round, progress, grace_seconds)
+        state = _AsyncRun(env, async_ratio=async_ratio, pacing=pacing,
+                          max_pending=max_pending or 2 * n_workers,
+                          stall_sweeps=stall_sweeps or max(3, n_workers))
+        policy = env.aggregator.staleness_policy
+        if async_ratio > state.alpha and policy.decide(state.alpha + 1, state.alpha, False) is StaleAction.DISCARD:
+            logger.warning(
+                "async_ratio=%d is above the staleness tolerance alpha=%d of artifact %r under the "
+                "%s policy, which discards cards built %d..%d versions behind. Set "
+                "async_ratio <= %d, use pacing=True, or the reflective policy",
+                async_ratio, state.alpha, artifact_id, policy.name, state.alpha + 1, async_ratio, state.alpha,
+            )
+        return _run(state, grace_seconds)
     finally:
-        close_env(env)
+        close_run(env)
 
 
-def _merge_loop(run: _AsyncRun, stops: StopRules, on_round: Callable[[RoundInfo], None] | None,
-                progress: bool, grace_seconds: float) -> EvolutionResult:
-    env = run.env
-    history: list[RoundInfo] = []
-    try:
-        initial = env.initial_reward()
-    except BackendFailure as exc:
-        return finish(env, history=history, stop_reason="error", error=str(exc), initial_reward=None)
-    threads = [
-        threading.Thread(target=run.worker, args=(w,), name=f"agentdescent-worker-{w}", daemon=True)
-        for w in range(run.n_workers)
+def _run(state: _AsyncRun, grace_seconds: float) -> EvolutionResult:
+    env = state.env
+    state.threads = [
+        threading.Thread(target=state.worker, args=(w,), name=f"agentdescent-worker-{w}", daemon=True)
+        for w in range(state.n_workers)
     ]
-    for t in threads:
-        t.start()
-    bar = _progress_bar(progress, None, "async_evolve")
-    stop_reason, error = "max_seconds", None
-    sweeps_without_commit = 0
-    fatal: BaseException | None = None
-    tokens_mark = env.usage.total_tokens
+
+    def scheduler() -> str:
+        for t in state.threads:
+            t.start()
+        return state.sweeps()
+
+    interrupted = True
     try:
-        while True:
-            items = run.take(0.05)
-            if run.fatal is not None:
-                fatal = run.fatal
-                break
-            if items:
-                failures_before = env.counters.get("backend_failures")
-                cards = [i.card for i in items if i.card is not None]
-                for card in cards:
-                    env.aggregator.ingest(card)
-                env.governor.spend(env.usage.total_tokens)
-                try:
-                    reports, held = env.merge()
-                except BackendFailure as exc:
-                    stop_reason, error = "error", str(exc)
-                    break
-                finally:
-                    run.settle()
-                counts = summarize_reports(reports)
-                tokens_now = env.usage.total_tokens
-                info = RoundInfo(
-                    index=len(history) + 1, held_out_reward=held, tokens=tokens_now - tokens_mark,
-                    reports=reports, rollouts=sum(i.rollout is not None for i in items),
-                    cards=len(cards),
-                    backend_failures=env.counters.get("backend_failures") - failures_before, **counts,
-                )
-                tokens_mark = tokens_now
-                history.append(info)
-                env.governor.end_round(info.tokens)
-                if on_round is not None:
-                    on_round(info)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(reward=f"{held:.3f}", commits=sum(h.committed for h in history))
-                if cards:  # a sweep with nothing to merge says nothing about a stall
-                    sweeps_without_commit = 0 if counts["committed"] else sweeps_without_commit + 1
-                if sweeps_without_commit >= run.stall_sweeps:
-                    with run.cond:
-                        run.force = [True] * run.n_workers
-                    sweeps_without_commit = 0
-                    logger.info("stall guard: %d sweeps without a commit; forcing resyncs", run.stall_sweeps)
-                reason = stops.check(held, env.counters.get("rollouts"), env)
-                if reason is not None:
-                    stop_reason = reason
-                    break
-            elif stops.out_of_time():
-                stop_reason = "max_seconds"
-                break
-            if run.done_admitting():
-                if run.retired and len(run.retired) >= run.n_workers:
-                    stop_reason = "error"
-                    error = f"every worker was retired after repeated backend failures: {env.last_error!r}"
-                elif run.max_iters is not None and run.admitted >= run.max_iters:
-                    stop_reason = "max_iters"
-                elif env.governor.over_budget():
-                    stop_reason = "max_tokens"
-                else:
-                    stop_reason = "error"
-                    error = error or "every worker stopped"
-                break
+        stop_reason, error = drive(env, scheduler)
+        interrupted = False
     finally:
-        with run.cond:
-            run.closed = True
-            # finished rollouts still queued at the stop are dropped, and counted as such
-            run.late_dropped += len(run.queue)
-            run.queue = []
-            run.cond.notify_all()
-        deadline = time.monotonic() + grace_seconds
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        stragglers = sum(t.is_alive() for t in threads)
-        if stragglers:
-            logger.warning("%d worker(s) still running after the %.1fs grace; their results "
-                           "will be dropped", stragglers, grace_seconds)
-        if bar is not None:
-            bar.close()
-    if fatal is not None:
-        raise fatal
-    with run.cond:
+        stragglers = state.shut_down(grace_seconds, interrupted=interrupted)
+    with state.cond:
         extra = {
-            "sweeps": len(history),
+            "sweeps": len(env.history),
             "stragglers": stragglers,
-            "late_results_dropped": run.late_dropped,
-            "wasted_rollouts": sum(h.discarded_stale for h in history),
-            "pacing_waits": run.pacing_waits,
-            "backpressure_waits": run.backpressure_waits,
-            "resyncs": run.resyncs,
-            "retired_workers": len(run.retired),
-            "admitted": run.admitted,
+            "late_results_dropped": state.late_dropped,
+            "wasted_rollouts": sum(h.discarded_stale for h in env.history),
+            "pacing_waits": state.pacing_waits,
+            "backpressure_waits": state.backpressure_waits,
+            "resyncs": state.resyncs,
+            "admitted": state.admitted,
         }
-        forced = run.forced_refreshes
-    return finish(env, history=history, stop_reason=stop_reason, error=error,
-                  initial_reward=initial, forced_refreshes=forced, extra_counters=extra)
+        forced = state.forced_refreshes
+    return finish(env, stop_reason=stop_reason, error=error, forced_refreshes=forced, extra_counters=extra)

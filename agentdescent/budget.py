@@ -61,6 +61,11 @@ class BudgetGovernor:
                 f"efficiency_floor={efficiency_floor!r} must be >= 0 and "
                 f"min_efficiency_samples={min_efficiency_samples!r} >= 1"
             )
+        if allocator is not None and not isinstance(allocator, AllocatorPolicy):
+            raise TypeError(
+                f"allocator={allocator!r} is not an AllocatorPolicy (it needs decide(), observe(), "
+                "budget_start and stats()); subclass agentdescent.AllocatorPolicy to inherit the defaults"
+            )
         self.max_tokens = int(max_tokens) if max_tokens is not None else None
         self.soft_floor = soft_floor
         self.hard_floor = hard_floor
@@ -108,11 +113,31 @@ class BudgetGovernor:
         """True when the mean per-round spend so far still fits in the remaining budget."""
         if self.max_tokens is None:
             return True
+        if not self.rounds_recorded():
+            return self.spent < self.max_tokens
+        return self.affords(self.mean_round_tokens())
+
+    def rounds_recorded(self) -> int:
+        """Rounds whose spend `end_round` recorded."""
         with self._lock:
-            if not self._round_spend:
-                return self.spent < self.max_tokens
-            mean = sum(self._round_spend) / len(self._round_spend)
-            return self.spent + mean <= self.max_tokens
+            return len(self._round_spend)
+
+    def mean_round_tokens(self) -> float:
+        """Mean spend of the rounds recorded so far (0.0 before the first)."""
+        with self._lock:
+            return sum(self._round_spend) / len(self._round_spend) if self._round_spend else 0.0
+
+    def affords(self, projected_tokens: float) -> bool:
+        """True when ``projected_tokens`` more still fit in the budget (always without one).
+
+        The async runtime asks before each admission with the expected spend of the work in
+        flight plus the rollout it would start, so it stops admitting before that work
+        would pass the budget.
+        """
+        if self.max_tokens is None:
+            return True
+        with self._lock:
+            return self.spent + max(0.0, float(projected_tokens)) <= self.max_tokens
 
     # ------------------------------------------------------------------ optional spend
 
@@ -140,7 +165,7 @@ class BudgetGovernor:
             with self._lock:
                 self.n_hard_floor_denied += 1
             return False
-        start = float(getattr(self.allocator, "budget_start", 1.0))
+        start = float(self.allocator.budget_start)
         if self.remaining_fraction() >= start:
             return True
         decision = self.allocator.decide(ctx)
@@ -190,9 +215,8 @@ class BudgetGovernor:
                 "allocator_denied": self.n_denied,
                 "hard_floor_denied": self.n_hard_floor_denied,
             }
-        stats = getattr(self.allocator, "stats", None)
-        if callable(stats):
-            data["allocator"] = stats()
+        if self.allocator is not None:
+            data["allocator"] = self.allocator.stats()
         return data
 
     def __repr__(self) -> str:

@@ -124,6 +124,11 @@ def hf_rows(
     ``num_rows_total`` is reached, or on a short page. The result is cached as JSON so
     repeat runs (and A/B pairs) see identical rows without touching the network.
 
+    A mirror that ignores ``offset`` answers every page with the first rows again;
+    that is detected and refused rather than returned as a list of silent duplicates.
+    A page repeats when it holds a ``row_idx`` already returned with the same row, or,
+    for a server that sends no ``row_idx``, when it equals the page before it.
+
     Args:
         dataset: the Hub dataset id, for example ``"hotpotqa/hotpot_qa"``.
         split: the split name, for example ``"validation"``.
@@ -141,8 +146,9 @@ def hf_rows(
     Raises:
         ContractError: (a ``ValueError``) an argument is empty or out of range; the
             message names it.
-        DataLoadError: the server failed after retries, or answered with a body that
-            is not a datasets-server ``/rows`` page; the message names the URL and status.
+        DataLoadError: the server failed after retries, answered with a body that is
+            not a datasets-server ``/rows`` page, or repeated rows it had already
+            returned (it does not honour ``offset``); the message names the URL and status.
         ImportError: ``httpx`` is not installed and the rows are not cached.
     """
     _check_name("dataset", dataset, "hf_rows")
@@ -171,11 +177,11 @@ def hf_rows(
         f"({base}/splits?{urlencode({'dataset': dataset})} lists them) and that the dataset is "
         f"public; set endpoint= or {_HF_ENV} to use a mirror"
     )
-    rows: list[dict[str, Any]] = []
+    pages = _Pages()
     with _client(timeout) as client:
         offset = 0
-        while len(rows) < limit:
-            length = min(_PAGE, limit - len(rows))
+        while len(pages.rows) < limit:
+            length = min(_PAGE, limit - len(pages.rows))
             query = urlencode(
                 {
                     "dataset": dataset,
@@ -186,12 +192,13 @@ def hf_rows(
                 }
             )
             url = f"{base}/rows?{query}"
-            page_rows, total = _rows_page(_get(client, url, hint), url)
-            rows.extend(page_rows)
+            response = _get(client, url, hint)
+            page_rows, total, indices = _rows_page(response, url)
+            pages.add(url, response.status_code, offset, page_rows, indices)
             offset += len(page_rows)
             if len(page_rows) < length or (total is not None and offset >= total):
                 break
-    rows = [normalize_hotpotqa_row(r) for r in rows[:limit]]
+    rows = [normalize_hotpotqa_row(r) for r in pages.rows[:limit]]
     logger.info("fetched %d rows of %s/%s/%s from %s", len(rows), dataset, config, split, base)
     if path is not None:
         _write_cache(path, key, rows)
@@ -472,8 +479,13 @@ def _snippet(text: str, size: int = 200) -> str:
 # --------------------------------------------------------------------------- parsing
 
 
-def _rows_page(response: Any, url: str) -> tuple[list[dict[str, Any]], int | None]:
-    """The ``row`` dicts and ``num_rows_total`` of one datasets-server ``/rows`` page."""
+def _rows_page(
+    response: Any, url: str
+) -> tuple[list[dict[str, Any]], int | None, list[int | None]]:
+    """The ``row`` dicts, ``num_rows_total`` and ``row_idx`` values of one ``/rows`` page.
+
+    ``row_idx`` is None for an item without an integer one (some mirrors leave it out).
+    """
     try:
         payload = response.json()
     except ValueError as exc:
@@ -493,7 +505,88 @@ def _rows_page(response: Any, url: str) -> tuple[list[dict[str, Any]], int | Non
         )
     total = payload.get("num_rows_total")
     total = total if isinstance(total, int) and not isinstance(total, bool) else None
-    return [item["row"] for item in items], total
+    indices = [
+        item.get("row_idx")
+        if isinstance(item.get("row_idx"), int) and not isinstance(item.get("row_idx"), bool)
+        else None
+        for item in items
+    ]
+    return [item["row"] for item in items], total, indices
+
+
+class _Pages:
+    """The rows of one `hf_rows` call so far, refusing a page that repeats them.
+
+    A repeat is a ``row_idx`` seen before *with the same row* (so a mirror that numbers
+    rows per page but does page correctly is not refused) or, when a page carries no
+    ``row_idx`` at all, a page equal to the one before it. Either means the endpoint
+    ignored ``offset``.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        # row_idx -> (offset of the page that returned it, its position in ``rows``)
+        self._seen: dict[int, tuple[int, int]] = {}
+        self._previous: tuple[int, list[dict[str, Any]]] | None = None  # (offset, rows)
+
+    def add(
+        self,
+        url: str,
+        status: int,
+        offset: int,
+        page: list[dict[str, Any]],
+        indices: list[int | None],
+    ) -> None:
+        """Append ``page``, the answer to ``url`` at ``offset``; raise if it repeats rows.
+
+        Raises:
+            DataLoadError: the page repeats rows already returned; it names the URL,
+                the offset and the fix.
+        """
+        repeats: list[int] = []
+        first_offset = offset
+        for row_idx, row in zip(indices, page):
+            earlier = self._seen.get(row_idx) if row_idx is not None else None
+            if earlier is not None and self.rows[earlier[1]] == row:
+                if not repeats:
+                    first_offset = earlier[0]
+                repeats.append(row_idx)
+            elif row_idx is not None and earlier is None:
+                self._seen[row_idx] = (offset, len(self.rows))
+            self.rows.append(row)
+        previous, self._previous = self._previous, (offset, page)
+        if repeats:
+            what = f"row_idx {_spans(repeats)} (first returned at offset={first_offset})"
+        elif (
+            page
+            and previous is not None
+            and previous[1] == page
+            and all(row_idx is None for row_idx in indices)
+        ):
+            what = f"the same {len(page)} rows as the page at offset={previous[0]}"
+        else:
+            return
+        raise DataLoadError(
+            f"GET {url} asked for offset={offset} but returned rows already returned: {what}. "
+            "The endpoint does not honour offset, so paging on would silently duplicate rows; "
+            f"point endpoint= or {_HF_ENV} at a datasets-server that pages by offset (the "
+            f"public one is {DEFAULT_HF_ENDPOINT}), or ask for limit<={_PAGE} rows, which "
+            "takes a single request at offset=0",
+            url=url,
+            status=status,
+        )
+
+
+def _spans(numbers: list[int], most: int = 5) -> str:
+    """``[0, 1, 2, 7, 9, 10]`` -> ``"0-2, 7, 9-10"``, at most ``most`` spans."""
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and spans[-1][1] + 1 == n:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans[:most])
+    return text + (f", ... ({len(spans) - most} more spans)" if len(spans) > most else "")
 
 
 def _parse_json_records(content: bytes, url: str, status: int) -> list[dict[str, Any]]:

@@ -36,6 +36,7 @@ logger = logging.getLogger("agentdescent.ledger")
 SCHEMA = "agentdescent-ledger/1"
 
 _MAX_LISTED_IDS = 10
+_MAX_LISTED_PROBLEMS = 20
 
 
 # --------------------------------------------------------------------------- values
@@ -77,8 +78,8 @@ class Ledger(Protocol):
     Thread-safety: every method may be called from any thread at any time, including
     concurrently with a commit. Implementations serialise writes themselves.
 
-    Consistency rules every implementation keeps (``tests/test_ledger.py`` holds the
-    conformance suite):
+    Consistency rules every implementation keeps (`agentdescent.testing.LedgerConformance`
+    is the conformance suite; subclass it to check another implementation):
 
     - Versions of an artifact are contiguous: 1 (``register``) up to the head, each
       created by exactly one successful ``commit``. A version row is never rewritten.
@@ -204,6 +205,36 @@ def _meta_json(artifact_id: str, meta: object) -> str:
             f"meta for artifact {artifact_id!r} is not JSON-serialisable ({exc}); keep it to "
             "str keys and str/number/bool/None/list/dict values"
         ) from exc
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+
+
+def _json_type(value: object) -> str:
+    return _JSON_TYPES.get(type(value), "number")
+
+
+def _parse_state(text: object) -> dict[str, str]:
+    """Parse a stored state; raise ``ValueError`` saying what is wrong with it."""
+    if not isinstance(text, str):
+        raise ValueError(f"a {type(text).__name__} value where JSON text belongs")
+    state = json.loads(text)
+    if not isinstance(state, dict):
+        raise ValueError(f"a JSON {_json_type(state)}, not an object")
+    for key, value in state.items():
+        if not isinstance(value, str):
+            raise ValueError(f"key {key!r} holds a JSON {_json_type(value)}, not a string")
+    return state
+
+
+def _parse_meta(text: object) -> dict[str, Any]:
+    """Parse a stored audit record; raise ``ValueError`` saying what is wrong with it."""
+    if not isinstance(text, str):
+        raise ValueError(f"a {type(text).__name__} value where JSON text belongs")
+    meta = json.loads(text)
+    if not isinstance(meta, dict):
+        raise ValueError(f"a JSON {_json_type(meta)}, not an object")
+    return meta
 
 
 def _unknown(artifact_id: str, known: list[str]) -> LedgerError:
@@ -399,19 +430,49 @@ class SqliteLedger:
     the file lock instead of failing. An object inherited through ``fork()`` opens
     fresh connections in the child rather than sharing the parent's.
 
+    Opening an existing file checks its whole history before anything else touches it:
+    every artifact's versions run from 1 to its head without a gap, and every stored
+    state (and audit record) parses. A file damaged outside agentdescent, say a deleted
+    row or a hand-edited state, is refused at once, naming the artifact and the
+    version, instead of failing mid-run when a resumed run first reads that version.
+    The check is read-only and reads each table once (one pass over the rows), so a
+    long history still opens quickly.
+
     Args:
         path: the ledger file (``str`` or ``os.PathLike``). A missing file, or an empty
             one, becomes a new ledger; missing parent folders are created.
         timeout: seconds a statement waits for another writer's lock before failing
             with `LedgerError`.
+        check_history: check the history of an existing file on open (the default).
+            ``False`` skips the check, to salvage the intact artifacts of a damaged
+            file; reading a damaged version still raises `LedgerError`. Do not resume a
+            run on a file that fails the check.
 
     Raises:
         LedgerError: ``path`` is not a SQLite database, is another application's
-            database, or cannot be opened.
+            database, cannot be opened, or fails the history check (the message lists
+            each missing or unreadable version; the file is left unchanged).
         ContractError: ``path`` is ``":memory:"`` or ``timeout`` is not positive.
+
+    Examples:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.sqlite"
+        >>> with SqliteLedger(path) as ledger:
+        ...     ledger.register("prompt", {"system": "Be brief."}, 0.2)
+        ...     ledger.commit("prompt", {"system": "Be brief and exact."}, 1)
+        2
+        >>> with SqliteLedger(path) as ledger:  # reopening resumes
+        ...     ledger.head("prompt")
+        (2, {'system': 'Be brief and exact.'})
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 30.0,
+        check_history: bool = True,
+    ) -> None:
         raw = os.fsdecode(os.fspath(path))
         if raw == ":memory:" or raw == "":
             raise ContractError(
@@ -423,8 +484,14 @@ class SqliteLedger:
             raise ContractError(
                 f"SqliteLedger(timeout={timeout!r}): expected a positive number of seconds"
             )
+        if not isinstance(check_history, bool):
+            raise ContractError(
+                f"SqliteLedger(check_history={check_history!r}): expected True (check the "
+                "history on open) or False (skip it to salvage a damaged file)"
+            )
         self._path = Path(raw)
         self._timeout = float(timeout)
+        self._check_history_on_open = check_history
         self._local = threading.local()
         self._conns_lock = threading.Lock()
         self._conns: list[tuple[threading.Thread, sqlite3.Connection]] = []
@@ -569,6 +636,10 @@ class SqliteLedger:
         # be switched to WAL or given our tables.
         with self._translate("reading the file"):
             ours = self._check_tables(conn)
+        if ours and self._check_history_on_open:
+            # Before the WAL switch below, so a refused file is left exactly as it was.
+            with self._translate("checking the ledger history"):
+                self._check_history(conn)
         with self._translate("switching to WAL journaling"):
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
@@ -615,36 +686,130 @@ class SqliteLedger:
             )
         return True
 
+    def _check_history(self, conn: sqlite3.Connection) -> None:
+        """Raise `LedgerError` listing every gap and unreadable row; read-only.
+
+        One read transaction, so a writer in another handle or process cannot make a
+        sound file look torn between the two queries; one pass over each table, with
+        the versions streamed in primary-key order so gaps show up as breaks between
+        runs of consecutive versions (memory grows with the gaps, not the history).
+        """
+        # artifact id -> runs of consecutive stored versions, [[first, last], ...]
+        runs: dict[str, list[list[int]]] = {}
+        # artifact id -> problems of single rows, in version order
+        row_problems: dict[str, list[str]] = {}
+        rows_seen = 0
+        conn.execute("BEGIN")
+        try:
+            registered = {row[0] for row in conn.execute("SELECT artifact_id FROM artifacts")}
+            cursor = conn.execute(
+                "SELECT artifact_id, version, state_json, meta_json FROM versions"
+                " ORDER BY artifact_id, version"
+            )
+            for artifact_id, version, state_json, meta_json in cursor:
+                rows_seen += 1
+                found = row_problems.setdefault(artifact_id, [])
+                if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+                    found.append(f"a row has version {version!r}; versions are integers from 1")
+                    continue
+                spans = runs.setdefault(artifact_id, [])
+                if spans and spans[-1][1] + 1 == version:
+                    spans[-1][1] = version
+                else:
+                    spans.append([version, version])
+                try:
+                    _parse_state(state_json)
+                except (TypeError, ValueError) as exc:
+                    found.append(
+                        f"version {version} holds unreadable state ({exc}); expected a JSON "
+                        "object of str -> str"
+                    )
+                try:
+                    _parse_meta(meta_json)
+                except (TypeError, ValueError) as exc:
+                    found.append(
+                        f"version {version} holds an unreadable audit record ({exc}); "
+                        "expected a JSON object"
+                    )
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")  # a read transaction: nothing to keep
+
+        problems: list[str] = []
+        for artifact_id in sorted(registered | set(row_problems), key=str):
+            # Structural problems first: they explain the row problems, not the reverse.
+            found = []
+            spans = runs.get(artifact_id, [])
+            stored = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+            if artifact_id not in registered:
+                what = f"versions {stored} are" if spans else "rows are"
+                found.append(
+                    f"{what} stored but the artifact is not registered (its row in the "
+                    "artifacts table is missing)"
+                )
+            elif not spans:
+                found.append("no version is stored (version 1 is missing)")
+            if spans and spans != [[1, spans[-1][1]]]:
+                gaps, count, previous = [], 0, 0
+                for first, last in spans:
+                    if first > previous + 1:
+                        lo, hi = previous + 1, first - 1
+                        gaps.append(str(lo) if lo == hi else f"{lo}-{hi}")
+                        count += hi - lo + 1
+                    previous = last
+                many = "versions" if count > 1 else "version"
+                found.append(
+                    f"{many} {', '.join(gaps)} missing from its history (stored: {stored}; "
+                    f"every version from 1 to the head {spans[-1][1]} must exist)"
+                )
+            found += row_problems.get(artifact_id, [])
+            problems += [f"artifact {artifact_id!r}: {problem}" for problem in found]
+        if problems:
+            raise self._history_error(problems)
+        logger.debug(
+            "ledger %s: history checked, %d versions of %d artifacts",
+            self._path,
+            rows_seen,
+            len(runs),
+        )
+
+    def _history_error(self, problems: list[str]) -> LedgerError:
+        path = str(self._path)
+        shown = problems[:_MAX_LISTED_PROBLEMS]
+        lines = "".join(f"\n  - {p}" for p in shown)
+        if len(problems) > len(shown):
+            lines += f"\n  - ... ({len(problems) - len(shown)} more)"
+        count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+        return LedgerError(
+            f"ledger file {path!r} failed its history check on open ({count}):{lines}\n"
+            "The file was edited or damaged outside agentdescent; the ledger was not "
+            "modified. Restore the file from a backup, or open a new path to start a fresh "
+            f"run. To read the intact artifacts, open SqliteLedger({path!r}, "
+            "check_history=False); do not resume a run on it."
+        )
+
     def _known_ids(self, conn: sqlite3.Connection) -> list[str]:
         return [row[0] for row in conn.execute("SELECT artifact_id FROM artifacts")]
 
     def _load_state(self, artifact_id: str, version: int, text: str) -> dict[str, str]:
         try:
-            state = json.loads(text)
-            if not isinstance(state, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in state.items()
-            ):
-                raise ValueError("not a JSON object of str -> str")
+            return _parse_state(text)
         except (TypeError, ValueError) as exc:
             raise LedgerError(
                 f"ledger file {str(self._path)!r}: version {version} of artifact {artifact_id!r} "
                 f"holds corrupt state ({exc}); expected a JSON object of str -> str. The file "
                 "was edited or damaged outside agentdescent; restore it from a backup"
             ) from exc
-        return state
 
     def _load_meta(self, artifact_id: str, version: int, text: str) -> dict[str, Any]:
         try:
-            meta = json.loads(text)
-            if not isinstance(meta, dict):
-                raise ValueError("not a JSON object")
+            return _parse_meta(text)
         except (TypeError, ValueError) as exc:
             raise LedgerError(
                 f"ledger file {str(self._path)!r}: version {version} of artifact {artifact_id!r} "
                 f"holds a corrupt audit record ({exc}); expected a JSON object. The file was "
                 "edited or damaged outside agentdescent; restore it from a backup"
             ) from exc
-        return meta
 
     # ----------------------------------------------------------------- the seam
 

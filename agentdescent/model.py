@@ -215,6 +215,14 @@ class Usage:
             self.cache_write_tokens += cache_write
             self.calls += calls
 
+    def copy(self) -> Usage:
+        """An independent meter holding the same counts and phases (taken under the lock)."""
+        with self._lock:
+            twin = Usage(self.prompt_tokens, self.completion_tokens, self.cached_tokens, self.calls,
+                         cache_write_tokens=self.cache_write_tokens)
+            twin._phases = dict(self._phases)
+        return twin
+
     def by_phase(self) -> dict[str, int]:
         """Total tokens per phase (see `usage_phase`); unattributed ones under ``"other"``."""
         with self._lock:

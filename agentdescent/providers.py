@@ -3,19 +3,24 @@
 This module owns the boundary between the package and a model vendor: building the
 request from OpenAI-style messages, retrying transient failures (429, 5xx, timeouts,
 dropped connections) with jittered exponential backoff bounded in count and in total
-time, translating every SDK exception into the `ProviderError`
-family, and mapping the vendor's token accounting (cached prompt tokens included) into
-`Usage`.
+time, giving up quickly on an endpoint that cannot be reached at all, translating every
+SDK exception into the `ProviderError` family (each error says through ``retryable``
+whether a later call can help; the engines do not retry on top of these retries), and
+mapping the vendor's reply into a `Completion`: the text (sanitised and scrubbed of the
+key), why generation stopped, the tool calls, and the token accounting (cached prompt
+tokens included) as `Usage`.
 
 It must not import a vendor SDK at module import time (the SDKs are optional extras,
-loaded inside the factories), must not let an SDK exception escape ``complete``, and
-must never put an API key into an exception, a log record or a ``repr``: a key lives
-only inside the SDK client and the redactor that scrubs server text, never in a public
-attribute.
+loaded inside the factories), must not let an SDK exception escape ``complete`` or ride
+along on a raised error (``__cause__`` and ``__context__`` are both None: an SDK
+exception holds the request and the response body, where a key can sit), and must never
+put an API key into an exception, a log record, a reply or a ``repr``: a key lives only
+inside the SDK client and the redactor, never in a public attribute.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import json
@@ -27,11 +32,11 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._http import parse_retry_after
 from .model import Completion, Usage, estimate_tokens
-from .types import ProviderError
+from .types import ProviderError, sanitize_text
 
 __all__ = [
     "PROVIDER_OPTIONS",
@@ -40,6 +45,7 @@ __all__ = [
     "OpenAICompatibleProvider",
     "ProviderAuthError",
     "ProviderBadRequestError",
+    "ProviderConnectionError",
     "ProviderDependencyError",
     "ProviderRateLimitError",
     "ProviderResponseError",
@@ -64,6 +70,15 @@ _OPENAI_DEFAULT_ENDPOINT = "https://api.openai.com/v1"
 _ANTHROPIC_DEFAULT_ENDPOINT = "https://api.anthropic.com"
 _SERVER_MESSAGE_LIMIT = 300
 
+#: Retries after a failure to open a connection at all (refused, unknown host, unreachable
+#: network): enough to ride out a server restart, few enough that a wrong ``base_url``
+#: fails in well under a second instead of after the full retry budget.
+_CONNECT_RETRIES = 2
+#: The first wait after such a failure (it doubles, and is jittered like every backoff).
+_CONNECT_BACKOFF = 0.25
+#: More tokens than any one call can use; a reported count above it is a server bug.
+_MAX_REPORTED_TOKENS = 1_000_000_000
+
 
 # --------------------------------------------------------------------------- errors
 
@@ -72,6 +87,7 @@ class _ProviderFailure(ProviderError):
     """Shared fields of the provider error family (private: catch the public classes).
 
     Attributes:
+        retryable: whether a later call can succeed (set per class; see `ProviderError`).
         model: the model the failed call asked for.
         endpoint: the base URL the call went to (credentials and query stripped).
         status_code: the HTTP status of the last response, when there was one.
@@ -91,7 +107,7 @@ class _ProviderFailure(ProviderError):
     ) -> None:
         super().__init__(message)
         self.model = model
-        self.endpoint = endpoint
+        self.endpoint: str | None = endpoint
         self.status_code = status_code
         self.attempts = attempts
         self.retry_after = retry_after
@@ -100,36 +116,79 @@ class _ProviderFailure(ProviderError):
 class ProviderAuthError(_ProviderFailure):
     """The endpoint rejected the credentials (HTTP 401/403), or no key was configured.
 
-    Never retried: a wrong key does not become right by waiting.
+    Never retried (``retryable`` is False): a wrong key does not become right by waiting.
     """
+
+    retryable = False
 
 
 class ProviderRateLimitError(_ProviderFailure):
-    """HTTP 429 persisted through every retry (or asked for a wait beyond the time bound)."""
+    """HTTP 429 persisted through every retry (or asked for a wait beyond the time bound).
+
+    ``retryable`` is True: the limit lifts with time.
+    """
+
+    retryable = True
 
 
 class ProviderBadRequestError(_ProviderFailure):
-    """The endpoint rejected the request itself (HTTP 400/404/413/422...): not retried."""
+    """The endpoint rejected the request itself (HTTP 400/404/413/422...): not retried.
+
+    ``retryable`` is False: resending the same request gets the same answer.
+    """
+
+    retryable = False
 
 
 class ProviderUnavailableError(_ProviderFailure):
-    """5xx responses, timeouts or connection failures persisted through every retry."""
+    """5xx/408 responses, timeouts or dropped connections persisted through every retry.
+
+    ``retryable`` is True: the endpoint answered (or was reached) and may recover. See
+    `ProviderConnectionError` for an endpoint that could not be reached at all.
+    """
+
+    retryable = True
 
 
 class ProviderTimeoutError(ProviderUnavailableError):
-    """The last attempt timed out (a `ProviderUnavailableError`, so catch either)."""
+    """The last attempt timed out (a `ProviderUnavailableError`, so catch either).
+
+    ``retryable`` is True.
+    """
+
+    retryable = True
+
+
+class ProviderConnectionError(ProviderUnavailableError):
+    """No connection could be opened: refused, unknown host or unreachable network.
+
+    The adapter tries at most two more times with short waits (a server that is
+    restarting gets a moment), then raises this. ``retryable`` is False: a server that is
+    not running, or a wrong ``base_url``, does not fix itself, so the engines stop at once
+    instead of spending the run on it. Still a `ProviderUnavailableError` for code that
+    catches that.
+    """
+
+    retryable = False
 
 
 class ProviderResponseError(_ProviderFailure):
-    """The endpoint answered 2xx with a body that is not a valid reply (bad JSON, no choices)."""
+    """The endpoint answered 2xx with a body that is not a valid reply (bad JSON, no choices).
+
+    ``retryable`` is False: the endpoint is not speaking the expected API.
+    """
+
+    retryable = False
 
 
 class ProviderDependencyError(ProviderError, ImportError):
     """A provider's SDK (an optional extra) is not installed.
 
     Also an `ImportError`, so code that guards optional imports the usual way
-    catches it.
+    catches it. ``retryable`` is False.
     """
+
+    retryable = False
 
 
 # --------------------------------------------------------------------------- helpers
@@ -223,15 +282,18 @@ class _Redactor:
 
     Servers echo keys back in error bodies (OpenAI: ``"Incorrect API key provided:
     sk-abc***wxyz"``), so text that came from the wire is scrubbed word by word before it
-    goes into an exception or a log record.
+    goes into an exception or a log record. A model's reply can echo the key too (it may
+    have been shown a config, a log, an environment); `reply` scrubs that text with the
+    rules that cannot corrupt an ordinary reply.
     """
 
     _MASKED = re.compile(r"\S*(?:\*{3,}|\.{3,}|…)\S*")
     _WORD = re.compile(r"\S+")
+    _GRAM = 8
 
     def __init__(self, secret: str | None) -> None:
         secret = secret or ""
-        n = 8 if len(secret) >= 8 else len(secret)
+        n = self._GRAM if len(secret) >= self._GRAM else len(secret)
         self._secret = secret
         self._grams = {secret[i : i + n] for i in range(len(secret) - n + 1)} if n else set()
         self._n = n
@@ -241,11 +303,29 @@ class _Redactor:
             return False
         return any(word[i : i + self._n] in self._grams for i in range(len(word) - self._n + 1))
 
+    def _fragments(self, text: str) -> str:
+        return self._WORD.sub(lambda m: "[redacted]" if self._leaks(m.group(0)) else m.group(0), text)
+
     def __call__(self, text: str) -> str:
+        """Scrub server text (error bodies): the key, its fragments and masked echoes."""
         if self._secret:
             text = text.replace(self._secret, "[redacted]")
         text = self._MASKED.sub("[redacted]", text)
-        return self._WORD.sub(lambda m: "[redacted]" if self._leaks(m.group(0)) else m.group(0), text)
+        return self._fragments(text)
+
+    def reply(self, text: str, *, words: bool = True) -> str:
+        """Scrub model output: the key and (with ``words``) any word holding a fragment of it.
+
+        The masked-echo rule is left out: ``...``, ``…`` and ``***`` are ordinary in
+        replies. A key shorter than 8 characters is a placeholder (``"EMPTY"`` for a
+        local server), not a credential, and scrubbing it would corrupt ordinary words,
+        so such a key leaves replies alone. ``words=False`` replaces only the whole key,
+        for structured text (tool-call arguments) that a word swap would break.
+        """
+        if len(self._secret) < self._GRAM:
+            return text
+        text = text.replace(self._secret, "[redacted]")
+        return self._fragments(text) if words else text
 
 
 def _server_message(exc: Any) -> str:
@@ -269,17 +349,26 @@ def _server_message(exc: Any) -> str:
     return message
 
 
-def _load_sdk(name: str, extra: str) -> Any:
+def _load_sdk(name: str, extra: str, endpoint: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError:
-        raise ProviderDependencyError(
-            f"the {name!r} package is needed for agentdescent.providers.{extra}() but is "
-            f'not installed; install the extra: pip install "agentdescent[{extra}]"'
-        ) from None
+        pass
+    # Raised outside the ``except`` so the ImportError is not chained as __context__.
+    err = ProviderDependencyError(
+        f"the {name!r} package is needed for agentdescent.providers.{extra}() but is "
+        f'not installed; install the extra: pip install "agentdescent[{extra}]"'
+    )
+    err.endpoint = endpoint
+    raise err
 
 
-def _resolve_key(api_key: str | None, env_var: str, factory: str, model: str) -> str:
+def _intended_endpoint(base_url: str | None, env_var: str, default: str) -> str:
+    """The endpoint a factory will use, for errors raised before the client exists."""
+    return _display_endpoint(base_url or os.environ.get(env_var) or default)
+
+
+def _resolve_key(api_key: str | None, env_var: str, factory: str, model: str, endpoint: str) -> str:
     if api_key is not None:
         if not isinstance(api_key, str) or not api_key.strip():
             raise ProviderAuthError(
@@ -287,6 +376,7 @@ def _resolve_key(api_key: str | None, env_var: str, factory: str, model: str) ->
                 f"(got a {type(api_key).__name__}); pass the key, or leave api_key=None "
                 f"to read {env_var}",
                 model=model,
+                endpoint=endpoint,
             )
         return api_key
     key = os.environ.get(env_var)
@@ -300,8 +390,55 @@ def _resolve_key(api_key: str | None, env_var: str, factory: str, model: str) ->
             f"{factory}(model={model!r}): no API key; pass api_key=... or set the "
             f"{env_var} environment variable{hint}",
             model=model,
+            endpoint=endpoint,
         )
     return key
+
+
+def _token_count(value: Any) -> int | None:
+    """A reported token count as an int, or None when it is not a plausible count.
+
+    Servers have sent negative, fractional, string and astronomically large counts; a
+    meter must not run backwards or be blown up by one bad reply.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        count = value
+    elif isinstance(value, float) and value.is_integer():
+        count = int(value)
+    else:
+        return None
+    return count if 0 <= count <= _MAX_REPORTED_TOKENS else None
+
+
+class _Failure(NamedTuple):
+    """One failed attempt, classified while the SDK exception was live.
+
+    Only plain, already-redacted values: the SDK exception itself (its request, its
+    response, its body) is never kept, so nothing raised later can reach it.
+    """
+
+    kind: str  # auth | bad | response | sdk | rate | server | timeout | connection | connect
+    status: int | None
+    retry_after: float | None
+    detail: str  # the server's message (or the SDK's), redacted; "" when none
+    exc_name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reply:
+    """What an adapter read from a successful response, before the boundary cleans it.
+
+    ``usage`` is None when the server reported none (``usage_missing``) or reported
+    counts that are not plausible (already warned about).
+    """
+
+    text: str
+    usage: Usage | None
+    usage_missing: bool
+    finish_reason: str | None
+    tool_calls: tuple[Any, ...]
 
 
 # --------------------------------------------------------------------------- SDK adapters
@@ -335,6 +472,7 @@ class _SDKProvider:
         seed: int | None,
         sleep: Callable[[float], None],
         clock: Callable[[], float],
+        connect_errors: tuple[type[BaseException], ...] = (),
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"{self._kind}(model={model!r}): model must be a non-empty str")
@@ -360,6 +498,7 @@ class _SDKProvider:
         self.usage = usage if usage is not None else Usage()
         self._sdk = sdk
         self._client = client
+        self._connect_errors = connect_errors
         self._redact = _Redactor(key)
         self._rng = random.Random(seed)
         self._sleep = sleep
@@ -383,7 +522,7 @@ class _SDKProvider:
     def _send(self, messages: list[dict[str, Any]], model: str, opts: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    def _read(self, response: Any, model: str) -> tuple[str, Usage | None]:
+    def _read(self, response: Any, model: str) -> _Reply:
         raise NotImplementedError
 
     # -- the call ----------------------------------------------------------------------
@@ -392,8 +531,11 @@ class _SDKProvider:
         """Send ``messages`` and return the reply with this call's token usage.
 
         Transient failures are retried inside this call; what is left is raised as one
-        of the `ProviderError` family. The call's usage is also
-        added to ``self.usage``, the provider's run meter.
+        of the `ProviderError` family, with ``retryable`` saying whether a later call
+        can help, and with no SDK exception chained to it. The call's usage is also
+        added to ``self.usage``, the provider's run meter. The reply text is sanitised
+        (`agentdescent.types.sanitize_text`) and scrubbed of the API key before it is
+        returned.
 
         Args:
             messages: OpenAI-style ``{"role", "content"}`` dicts.
@@ -401,14 +543,15 @@ class _SDKProvider:
                 ``temperature``; ``None`` means not given.
 
         Returns:
-            The reply text and a per-call `Usage`.
+            The reply text, a per-call `Usage`, the finish reason and the tool calls.
 
         Raises:
             TypeError: an unknown option or a malformed message list.
             ProviderAuthError: the key was rejected.
             ProviderBadRequestError: the request was rejected as invalid.
             ProviderRateLimitError: 429s outlasted the retry bound.
-            ProviderUnavailableError: 5xx/timeouts/connection failures outlasted it.
+            ProviderConnectionError: the endpoint could not be reached at all.
+            ProviderUnavailableError: 5xx/timeouts/dropped connections outlasted it.
             ProviderResponseError: a 2xx reply that is not a valid completion.
         """
         owner = type(self).__name__
@@ -416,10 +559,17 @@ class _SDKProvider:
         msgs = _check_messages(messages, owner)
         model = opts.pop("model", self.model)
         response, attempts = self._with_retries(lambda: self._send(msgs, model, opts), model)
-        text, call_usage = self._read(response, model)
+        try:
+            reply = self._read(response, model)
+        except ProviderResponseError:
+            self._count_failure()
+            raise  # the same error re-raised: nothing new is chained to it
+        call_usage = reply.usage
         if call_usage is None:
-            call_usage = Usage(estimate_tokens(messages_to_prompt(msgs)), estimate_tokens(text), 0, 1)
-            if not self._warned_no_usage:
+            call_usage = Usage(
+                estimate_tokens(messages_to_prompt(msgs)), estimate_tokens(reply.text), 0, 1
+            )
+            if reply.usage_missing and not self._warned_no_usage:
                 self._warned_no_usage = True
                 log.warning(
                     "%s at %s (model %r) reported no token usage; counting an offline "
@@ -430,83 +580,121 @@ class _SDKProvider:
         snap = call_usage.snapshot()
         log.debug(
             "%s call to %s (model %r) ok after %d attempt(s): prompt=%d completion=%d "
-            "cached=%d cache_write=%d",
+            "cached=%d cache_write=%d finish=%s",
             self._kind, self.endpoint, model, attempts, snap["prompt_tokens"],
             snap["completion_tokens"], snap["cached_tokens"], snap["cache_write_tokens"],
+            reply.finish_reason,
         )
-        return Completion(text, call_usage)
+        return Completion(
+            self._redact.reply(sanitize_text(reply.text)),
+            call_usage,
+            reply.finish_reason,
+            tuple(self._clean_structure(call) for call in reply.tool_calls),
+        )
 
     def _with_retries(self, send: Callable[[], Any], model: str) -> tuple[Any, int]:
         start = self._clock()
         attempt = 0
+        connect_failures = 0
         while True:
             attempt += 1
             try:
                 return send(), attempt
             except Exception as exc:  # every SDK failure is translated here
-                kind, status, retry_after = self._classify(exc)
-                if kind in ("auth", "bad", "response", "sdk"):
-                    self._count_failure()
-                    raise self._final_error(kind, exc, model, status, attempt, retry_after) from None
-                elapsed = self._clock() - start
-                if attempt > self.max_retries:
-                    self._count_failure()
-                    raise self._final_error(
-                        kind, exc, model, status, attempt, retry_after, elapsed=elapsed
-                    ) from None
-                delay = self._delay(attempt, retry_after)
-                if elapsed + delay > self.max_retry_seconds:
-                    self._count_failure()
-                    raise self._final_error(
-                        kind, exc, model, status, attempt, retry_after,
-                        elapsed=elapsed, out_of_time=delay,
-                    ) from None
-                with self._lock:
-                    self.retries += 1
-                log.info(
-                    "%s call to %s (model %r) failed with %s; retry %d of %d in %.2fs",
-                    self._kind, self.endpoint, model, self._what(kind, status),
-                    attempt, self.max_retries, delay,
-                )
-                self._sleep(delay)
+                failure = self._classify(exc)
+            # Everything below runs outside the ``except``: an error raised here has no
+            # SDK exception as its __context__ (its request and body can hold the key).
+            if failure.kind in ("auth", "bad", "response", "sdk"):
+                self._count_failure()
+                raise self._final_error(failure, model, attempt)
+            elapsed = self._clock() - start
+            if failure.kind == "connect":
+                connect_failures += 1
+            if attempt > self.max_retries or connect_failures > _CONNECT_RETRIES:
+                self._count_failure()
+                raise self._final_error(failure, model, attempt, elapsed=elapsed)
+            if failure.kind == "connect":
+                initial = min(self.initial_backoff, _CONNECT_BACKOFF)
+                delay = self._delay(connect_failures, None, initial)
+            else:
+                delay = self._delay(attempt, failure.retry_after, self.initial_backoff)
+            if elapsed + delay > self.max_retry_seconds:
+                self._count_failure()
+                raise self._final_error(failure, model, attempt, elapsed=elapsed, out_of_time=delay)
+            with self._lock:
+                self.retries += 1
+            last = self.max_retries + 1
+            if failure.kind == "connect":
+                last = min(last, attempt + _CONNECT_RETRIES - connect_failures + 1)
+            # WARNING, not INFO: a run stuck on a failing endpoint must never be silent.
+            log.warning(
+                "%s call to %s (model %r) failed with %s on attempt %d of %d%s; "
+                "retrying in %.2fs",
+                self._kind, self.endpoint, model, self._what(failure.kind, failure.status),
+                attempt, last, f" ({failure.detail})" if failure.detail else "", delay,
+            )
+            self._sleep(delay)
 
     def _count_failure(self) -> None:
         with self._lock:
             self.failures += 1
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
+    def _delay(self, attempt: int, retry_after: float | None, initial: float) -> float:
         if retry_after is not None:
             return retry_after
-        base = min(self.max_backoff, self.initial_backoff * (2 ** (attempt - 1)))
+        base = min(self.max_backoff, initial * (2 ** (attempt - 1)))
         with self._lock:
             jitter = self._rng.random()
         # "Equal jitter": at least half the backoff, so a herd of workers that failed
         # together spreads out without any of them hammering the server immediately.
         return base * (0.5 + 0.5 * jitter)
 
-    def _classify(self, exc: BaseException) -> tuple[str, int | None, float | None]:
+    def _classify(self, exc: BaseException) -> _Failure:
         sdk = self._sdk
-        if isinstance(exc, (json.JSONDecodeError, sdk.APIResponseValidationError)):
-            return "response", getattr(exc, "status_code", None), None
+        name = type(exc).__name__
+        if isinstance(exc, json.JSONDecodeError):
+            return _Failure("response", None, None, self._redact(exc.msg), name)
+        if isinstance(exc, sdk.APIResponseValidationError):
+            return _Failure("response", exc.status_code, None, self._server_text(exc), name)
         if isinstance(exc, sdk.APITimeoutError):
-            return "timeout", None, None
+            return _Failure("timeout", None, None, "", name)
         if isinstance(exc, sdk.APIConnectionError):
-            return "connection", None, None
+            cause = self._connect_cause(exc)
+            if cause is not None:
+                return _Failure("connect", None, None, self._redact(" ".join(str(cause).split())), name)
+            return _Failure("connection", None, None, "", name)
         if isinstance(exc, sdk.APIStatusError):
             status = int(exc.status_code)
-            retry_after = parse_retry_after(getattr(exc.response, "headers", None))
             if status in (401, 403):
-                return "auth", status, None
+                # The server's text is dropped on purpose: auth errors are where servers
+                # echo (parts of) the key back.
+                return _Failure("auth", status, None, "", name)
+            detail = self._server_text(exc)
+            retry_after = parse_retry_after(getattr(exc.response, "headers", None))
             if status == 429:
-                return "rate", status, retry_after
+                return _Failure("rate", status, retry_after, detail, name)
             if status >= 500 or status == 408:
-                return "server", status, retry_after
-            return "bad", status, None
+                return _Failure("server", status, retry_after, detail, name)
+            return _Failure("bad", status, None, detail, name)
         if isinstance(exc, sdk.APIError):
-            return "response", None, None
+            return _Failure("response", None, None, self._server_text(exc), name)
         if isinstance(exc, self._sdk_base_error()):
-            return "sdk", None, None
+            return _Failure("sdk", None, None, self._redact(" ".join(str(exc).split())), name)
         raise exc  # not an SDK failure: a bug, let it surface unchanged
+
+    def _server_text(self, exc: BaseException) -> str:
+        return self._redact(_server_message(exc))
+
+    def _connect_cause(self, exc: BaseException) -> BaseException | None:
+        """The HTTP library's connect error behind ``exc``: no connection was ever opened."""
+        seen: BaseException | None = exc.__cause__ or exc.__context__
+        for _ in range(4):  # the SDK wraps the transport error once; allow a little more
+            if seen is None:
+                return None
+            if isinstance(seen, self._connect_errors):
+                return seen
+            seen = seen.__cause__ or seen.__context__
+        return None
 
     def _sdk_base_error(self) -> tuple[type[BaseException], ...]:
         found = (getattr(self._sdk, name, None) for name in ("OpenAIError", "AnthropicError"))
@@ -516,25 +704,24 @@ class _SDKProvider:
     def _what(kind: str, status: int | None) -> str:
         if kind == "timeout":
             return "a timeout"
+        if kind == "connect":
+            return "a connection failure (refused or unreachable)"
         if kind == "connection":
             return "a connection error"
         return f"HTTP {status}"
 
     def _final_error(
         self,
-        kind: str,
-        exc: BaseException,
+        failure: _Failure,
         model: str,
-        status: int | None,
         attempts: int,
-        retry_after: float | None,
         *,
         elapsed: float = 0.0,
         out_of_time: float | None = None,
     ) -> ProviderError:
+        kind, status, retry_after = failure.kind, failure.status, failure.retry_after
         where = f"{self._kind} endpoint {self.endpoint} (model {model!r})"
-        detail = self._redact(_server_message(exc))
-        said = f": {detail}" if detail else ""
+        said = f": {failure.detail}" if failure.detail else ""
         fields = {
             "model": model,
             "endpoint": self.endpoint,
@@ -543,8 +730,6 @@ class _SDKProvider:
             "retry_after": retry_after,
         }
         if kind == "auth":
-            # The server's text is dropped on purpose: auth errors are where servers echo
-            # (parts of) the key back.
             return ProviderAuthError(
                 f"{where} rejected the credentials (HTTP {status}); check the key passed "
                 f"as api_key= or in {self._key_env} (the key is never shown)",
@@ -558,14 +743,20 @@ class _SDKProvider:
                 **fields,
             )
         if kind == "sdk":
-            return ProviderError(
-                f"{where}: the {self._kind} SDK failed with {type(exc).__name__}"
-                f"{': ' + self._redact(' '.join(str(exc).split())) if str(exc) else ''}"
-            )
+            err = ProviderError(f"{where}: the {self._kind} SDK failed with {failure.exc_name}{said}")
+            err.endpoint = self.endpoint
+            return err
         if kind == "response":
             return ProviderResponseError(
                 f"{where} returned a reply that is not a valid response "
-                f"({type(exc).__name__}{said}); check that base_url points at {self._api}",
+                f"({failure.exc_name}{said}); check that base_url points at {self._api}",
+                **fields,
+            )
+        if kind == "connect":
+            return ProviderConnectionError(
+                f"{where} could not be reached: {self._what(kind, status)} on {attempts} "
+                f"attempt(s) over {elapsed:.1f}s{said}. Is the server running? Check "
+                f"base_url (now {self.endpoint}) and that the host is reachable from here",
                 **fields,
             )
         what = self._what(kind, status)
@@ -599,6 +790,51 @@ class _SDKProvider:
             attempts=None,
         )
 
+    # -- reading a reply -----------------------------------------------------------------
+
+    def _usage(self, model: str, counts: Mapping[str, Any]) -> dict[str, int] | None:
+        """The reported counts as ints, or None (after one WARNING) if any is implausible.
+
+        An absent field (None) counts 0; a negative, fractional, non-numeric or absurdly
+        large one makes the whole report untrustworthy, so the call falls back to the
+        offline estimate rather than raise or corrupt the run's meter.
+        """
+        out: dict[str, int] = {}
+        for name, value in counts.items():
+            count = 0 if value is None else _token_count(value)
+            if count is None:
+                log.warning(
+                    "%s at %s (model %r) reported an invalid token count %s=%s; ignoring "
+                    "the reported usage for this call and counting an offline estimate "
+                    "(ceil(chars/4)) instead",
+                    self._kind, self.endpoint, model, name, self._redact(repr(value)[:80]),
+                )
+                return None
+            out[name] = count
+        return out
+
+    def _tool_call(self, model: str, call: Any) -> dict[str, Any]:
+        """A tool call the SDK returned, as the plain dict the server sent."""
+        if isinstance(call, self._sdk.BaseModel):
+            return call.to_dict()
+        if isinstance(call, Mapping):
+            return dict(call)
+        raise self._response_error(model, f"a tool call is a {type(call).__name__}, not an object")
+
+    def _clean_structure(self, value: Any) -> Any:
+        """``value`` with every string sanitised and the whole key replaced.
+
+        Tool-call arguments are JSON text: only the whole key is swapped (a word swap
+        could break the JSON), which keeps them parseable.
+        """
+        if isinstance(value, str):
+            return self._redact.reply(sanitize_text(value), words=False)
+        if isinstance(value, Mapping):
+            return {self._clean_structure(k): self._clean_structure(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._clean_structure(v) for v in value)
+        return value
+
 
 class OpenAICompatibleProvider(_SDKProvider):
     """A `Provider` for any OpenAI-compatible chat endpoint.
@@ -620,29 +856,41 @@ class OpenAICompatibleProvider(_SDKProvider):
     def _send(self, messages: list[dict[str, Any]], model: str, opts: dict[str, Any]) -> Any:
         return self._client.chat.completions.create(model=model, messages=messages, **opts)
 
-    def _read(self, response: Any, model: str) -> tuple[str, Usage | None]:
+    def _read(self, response: Any, model: str) -> _Reply:
         choices = getattr(response, "choices", None)
         if not choices:
             shape = "no choices" if hasattr(response, "choices") else type(response).__name__
             raise self._response_error(model, f"expected a chat completion, got {shape}")
-        message = getattr(choices[0], "message", None)
+        choice = choices[0]
+        message = getattr(choice, "message", None)
         if message is None:
             raise self._response_error(model, "the first choice has no message")
         text = getattr(message, "content", None) or ""
         if not isinstance(text, str):
             raise self._response_error(model, f"message content is a {type(text).__name__}")
+        finish = getattr(choice, "finish_reason", None)
+        calls = tuple(self._tool_call(model, c) for c in getattr(message, "tool_calls", None) or ())
+        reply = _Reply(text, None, True, finish if isinstance(finish, str) else None, calls)
         raw = getattr(response, "usage", None)
         if raw is None or getattr(raw, "prompt_tokens", None) is None:
-            return text, None
+            return reply
         details = getattr(raw, "prompt_tokens_details", None)
-        call = Usage(
-            int(raw.prompt_tokens or 0),
-            int(getattr(raw, "completion_tokens", 0) or 0),
-            int(getattr(details, "cached_tokens", 0) or 0),
+        counts = self._usage(model, {
+            "prompt_tokens": raw.prompt_tokens,
+            "completion_tokens": getattr(raw, "completion_tokens", None),
+            "cached_tokens": getattr(details, "cached_tokens", None),
+            "cache_write_tokens": getattr(details, "cache_write_tokens", None),
+        })
+        if counts is None:
+            return dataclasses.replace(reply, usage_missing=False)
+        usage = Usage(
+            counts["prompt_tokens"],
+            counts["completion_tokens"],
+            counts["cached_tokens"],
             1,
-            cache_write_tokens=int(getattr(details, "cache_write_tokens", 0) or 0),
+            cache_write_tokens=counts["cache_write_tokens"],
         )
-        return text, call
+        return dataclasses.replace(reply, usage=usage, usage_missing=False)
 
 
 class AnthropicProvider(_SDKProvider):
@@ -712,7 +960,7 @@ class AnthropicProvider(_SDKProvider):
             kwargs["tools"] = [self._tool(t) for t in opts["tools"]]
         return self._client.messages.create(**kwargs)
 
-    def _read(self, response: Any, model: str) -> tuple[str, Usage | None]:
+    def _read(self, response: Any, model: str) -> _Reply:
         content = getattr(response, "content", None)
         if not isinstance(content, list):
             shape = type(content).__name__ if hasattr(response, "content") else type(response).__name__
@@ -722,21 +970,44 @@ class AnthropicProvider(_SDKProvider):
             for block in content
             if getattr(block, "type", None) == "text" and isinstance(getattr(block, "text", None), str)
         )
+        calls = tuple(
+            self._tool_call(model, block) for block in content if getattr(block, "type", None) == "tool_use"
+        )
+        stop = getattr(response, "stop_reason", None)
+        reply = _Reply(text, None, True, stop if isinstance(stop, str) else None, calls)
         raw = getattr(response, "usage", None)
         if raw is None or getattr(raw, "input_tokens", None) is None:
-            return text, None
-        read = int(getattr(raw, "cache_read_input_tokens", 0) or 0)
-        write = int(getattr(raw, "cache_creation_input_tokens", 0) or 0)
+            return reply
+        counts = self._usage(model, {
+            "input_tokens": raw.input_tokens,
+            "output_tokens": getattr(raw, "output_tokens", None),
+            "cache_read_input_tokens": getattr(raw, "cache_read_input_tokens", None),
+            "cache_creation_input_tokens": getattr(raw, "cache_creation_input_tokens", None),
+        })
+        if counts is None:
+            return dataclasses.replace(reply, usage_missing=False)
+        read = counts["cache_read_input_tokens"]
+        write = counts["cache_creation_input_tokens"]
         # Anthropic's input_tokens excludes both cache parts; Usage.prompt_tokens is
         # everything the prompt cost, so the three are summed.
-        call = Usage(
-            int(raw.input_tokens) + read + write,
-            int(getattr(raw, "output_tokens", 0) or 0),
+        usage = Usage(
+            counts["input_tokens"] + read + write,
+            counts["output_tokens"],
             read,
             1,
             cache_write_tokens=write,
         )
-        return text, call
+        return dataclasses.replace(reply, usage=usage, usage_missing=False)
+
+
+def _connect_errors(extra: str, endpoint: str) -> tuple[type[BaseException], ...]:
+    """The SDKs' HTTP library's "no connection was opened" error (refused, DNS, unreachable).
+
+    Both SDKs run on ``httpx2`` and wrap its errors in one ``APIConnectionError``; the
+    wrapped error is what tells a server that is not there from one that dropped a
+    connection it had accepted.
+    """
+    return (_load_sdk("httpx2", extra, endpoint).ConnectError,)
 
 
 def _sdk_client(
@@ -793,8 +1064,9 @@ def openai_compatible(
         api_key: the key; ``None`` reads ``OPENAI_API_KEY``. A local server that needs
             no key still wants a value: pass ``api_key="EMPTY"``.
         timeout: seconds per HTTP attempt.
-        max_retries: retries after the first attempt (429, 5xx, timeouts, connection
-            errors only).
+        max_retries: retries after the first attempt (429, 5xx, timeouts, dropped
+            connections only). An endpoint that cannot be reached at all (refused,
+            unknown host) gets at most 2 quick retries, then `ProviderConnectionError`.
         max_retry_seconds: bound on the time one call spends retrying: a wait
             (``Retry-After`` included) that would end past it ends the call instead, so
             a call lasts at most this plus one attempt's ``timeout``.
@@ -817,8 +1089,10 @@ def openai_compatible(
         ProviderAuthError: no key given and ``OPENAI_API_KEY`` is unset.
         ValueError: a retry knob is out of range.
     """
-    sdk = _load_sdk("openai", "openai")
-    key = _resolve_key(api_key, "OPENAI_API_KEY", "openai_compatible", model)
+    intended = _intended_endpoint(base_url, "OPENAI_BASE_URL", _OPENAI_DEFAULT_ENDPOINT)
+    sdk = _load_sdk("openai", "openai", intended)
+    connect_errors = _connect_errors("openai", intended)
+    key = _resolve_key(api_key, "OPENAI_API_KEY", "openai_compatible", model, intended)
     client, endpoint = _sdk_client(
         sdk.OpenAI, key=key, timeout=timeout, base_url=base_url,
         default_headers=default_headers, http_client=http_client, default_endpoint=_OPENAI_DEFAULT_ENDPOINT,
@@ -837,6 +1111,7 @@ def openai_compatible(
         seed=seed,
         sleep=sleep,
         clock=clock,
+        connect_errors=connect_errors,
     )
 
 
@@ -873,8 +1148,9 @@ def anthropic(
         max_tokens: the reply cap when a call does not pass ``max_tokens`` (required by
             the API).
         timeout: seconds per HTTP attempt.
-        max_retries: retries after the first attempt (429, 5xx/529, timeouts,
-            connection errors only).
+        max_retries: retries after the first attempt (429, 5xx/529, timeouts, dropped
+            connections only). An endpoint that cannot be reached at all gets at most 2
+            quick retries, then `ProviderConnectionError`.
         max_retry_seconds: bound on the time one call spends retrying (a call lasts
             at most this plus one attempt's ``timeout``).
         initial_backoff: the first backoff in seconds (doubles, capped, jittered).
@@ -894,8 +1170,10 @@ def anthropic(
         ProviderAuthError: no key given and ``ANTHROPIC_API_KEY`` is unset.
         ValueError: a retry knob or ``max_tokens`` is out of range.
     """
-    sdk = _load_sdk("anthropic", "anthropic")
-    key = _resolve_key(api_key, "ANTHROPIC_API_KEY", "anthropic", model)
+    intended = _intended_endpoint(base_url, "ANTHROPIC_BASE_URL", _ANTHROPIC_DEFAULT_ENDPOINT)
+    sdk = _load_sdk("anthropic", "anthropic", intended)
+    connect_errors = _connect_errors("anthropic", intended)
+    key = _resolve_key(api_key, "ANTHROPIC_API_KEY", "anthropic", model, intended)
     client, endpoint = _sdk_client(
         sdk.Anthropic, key=key, timeout=timeout, base_url=base_url,
         default_headers=default_headers, http_client=http_client, default_endpoint=_ANTHROPIC_DEFAULT_ENDPOINT,
@@ -915,6 +1193,7 @@ def anthropic(
         seed=seed,
         sleep=sleep,
         clock=clock,
+        connect_errors=connect_errors,
     )
 
 
@@ -965,7 +1244,9 @@ class CallableProvider:
 
         Options with a value are passed to the function as keywords when it takes them
         (by name or through ``**kwargs``); an option it cannot take raises rather than
-        being dropped. Exceptions from the function propagate unchanged.
+        being dropped. Exceptions from the function propagate unchanged. The reply text
+        is sanitised (lone surrogates become U+FFFD); a returned `Completion`'s
+        ``finish_reason`` and ``tool_calls`` are kept.
 
         Raises:
             TypeError: an unknown option, an option ``fn`` does not take, or ``fn``
@@ -985,18 +1266,24 @@ class CallableProvider:
         prompt = messages_to_prompt(msgs)
         result = self.fn(prompt, **opts)
         if isinstance(result, Completion):
-            text, call = result.text, result.usage
+            reply = result
         elif isinstance(result, str):
-            text, call = result, None
+            reply = Completion(result)
         else:
             raise TypeError(
                 f"{owner}: the function returned a {type(result).__name__}; it must "
                 "return the reply as a str (or a Completion)"
             )
+        if not isinstance(reply.text, str):
+            raise TypeError(
+                f"{owner}: the function returned a Completion whose text is a "
+                f"{type(reply.text).__name__}; the reply text must be a str"
+            )
+        call = reply.usage
         if call is None:
-            call = Usage(estimate_tokens(prompt), estimate_tokens(text), 0, 1)
+            call = Usage(estimate_tokens(prompt), estimate_tokens(reply.text), 0, 1)
         self.usage.add(call)
-        return Completion(text, call)
+        return Completion(sanitize_text(reply.text), call, reply.finish_reason, tuple(reply.tool_calls))
 
 
 def from_callable(

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agentdescent import Diff, EvidenceCard, MergeOutcome
-from agentdescent.aggregator import Aggregator
+from agentdescent.aggregator import Aggregator, Evaluator
 from agentdescent.ledger import MemoryLedger, SqliteLedger
 
 ARTIFACT = "skill"
@@ -44,7 +44,7 @@ TARGET_MS = {"memory": 1.0, "sqlite": 5.0}
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "merge_overhead.json"
 
 
-class ZeroCostEvaluator:
+class ZeroCostEvaluator(Evaluator):
     """Scores a state by its key count: every task gets reward ``len(state) / capacity``.
 
     Graded rewards that rise with every added key, identical on every task, so a

@@ -3,8 +3,9 @@
 The provider SDKs (openai 3.x, anthropic 2.x) are built on ``httpx2``, which ``respx``
 cannot intercept, so the adapters are tested against this real server on 127.0.0.1:
 real sockets, real SDK request building and response parsing. Each test scripts the
-replies it wants (status, headers, body, delay) in a queue; the server records every
-request (path, headers, JSON body) so tests can assert on what the SDK sent.
+replies it wants (status, headers, body, delay, or a dropped connection) in a queue; the
+server records every request (path, headers, JSON body) so tests can assert on what the
+SDK sent.
 
 It serves ``POST /v1/chat/completions`` (OpenAI chat completions; point the SDK at
 ``server.openai_base_url``) and ``POST /v1/messages`` (Anthropic messages; point the
@@ -40,12 +41,15 @@ class Reply:
             malformed-body tests).
         headers: extra response headers (``Retry-After`` and friends).
         delay: seconds to wait before answering (to provoke client timeouts).
+        drop: close the connection without answering (a server that accepted the
+            connection and then died), after ``delay``.
     """
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    drop: bool = False
 
 
 @dataclass
@@ -65,8 +69,14 @@ def openai_body(
     completion_tokens: int = 2,
     cached_tokens: int | None = None,
     model: str = "test-model",
+    finish_reason: str = "stop",
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A minimal valid OpenAI chat-completions response body."""
+    """A minimal valid OpenAI chat-completions response body.
+
+    ``tool_calls`` are added to the message as given (``[{"id", "type": "function",
+    "function": {"name", "arguments"}}]``).
+    """
     usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -74,18 +84,15 @@ def openai_body(
     }
     if cached_tokens is not None:
         usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls is not None:
+        message["tool_calls"] = tool_calls
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
         "created": 1_700_000_000,
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": usage,
     }
 
@@ -98,8 +105,14 @@ def anthropic_body(
     cache_read_input_tokens: int | None = None,
     cache_creation_input_tokens: int | None = None,
     model: str = "test-model",
+    stop_reason: str = "end_turn",
+    tool_uses: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A minimal valid Anthropic messages response body."""
+    """A minimal valid Anthropic messages response body.
+
+    ``tool_uses`` are appended to the content as ``tool_use`` blocks
+    (``[{"id", "name", "input"}]``).
+    """
     usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output_tokens}
     if cache_read_input_tokens is not None:
         usage["cache_read_input_tokens"] = cache_read_input_tokens
@@ -110,8 +123,11 @@ def anthropic_body(
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
+        "content": [
+            {"type": "text", "text": text},
+            *({"type": "tool_use", **use} for use in tool_uses or ()),
+        ],
+        "stop_reason": stop_reason,
         "stop_sequence": None,
         "usage": usage,
     }
@@ -156,6 +172,9 @@ class LLMServer:
                     reply = Reply(599, {"error": {"message": "LLMServer: no scripted reply left"}})
                 if reply.delay and owner._stop.wait(reply.delay):
                     return  # server shutting down: drop the connection
+                if reply.drop:
+                    self.close_connection = True
+                    return  # no status line at all: the client sees a dropped connection
                 if isinstance(reply.body, bytes):
                     payload = reply.body
                 elif isinstance(reply.body, str):
@@ -200,10 +219,11 @@ class LLMServer:
         status: int = 200,
         headers: dict[str, str] | None = None,
         delay: float = 0.0,
+        drop: bool = False,
     ) -> None:
-        """Queue one reply."""
+        """Queue one reply (``drop=True``: close the connection without answering)."""
         with self._lock:
-            self._queue.append(Reply(status, body, dict(headers or {}), delay))
+            self._queue.append(Reply(status, body, dict(headers or {}), delay, drop))
 
     def pending(self) -> int:
         """Replies still queued."""

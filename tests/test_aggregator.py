@@ -46,7 +46,7 @@ def _tasks(text: str) -> set[str]:
     return {t for t in text.split(",") if t}
 
 
-class TableEvaluator:
+class TableEvaluator(Evaluator):
     """Scores a state from the effects its values name. Deterministic and counted."""
 
     def __init__(self) -> None:
@@ -80,7 +80,7 @@ class TableEvaluator:
         return sum(t in solved for t in CHEAP) / len(CHEAP)
 
 
-class RecordingAllocator:
+class RecordingAllocator(AllocatorPolicy):
     """An allocator that records every ``observe(ctx, committed)`` call."""
 
     def __init__(self) -> None:
@@ -900,7 +900,7 @@ def test_property_exactly_once_feedback(steps, tournament):
 # --------------------------------------------------------------------------- evidence-gated fusion
 
 
-class _KeyEvaluator:
+class _KeyEvaluator(Evaluator):
     """Held-out: one task per key in GOOD, solved when the state holds the key's good value."""
 
     GOOD = {"a": "1", "b": "2", "c": "3"}

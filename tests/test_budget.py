@@ -9,6 +9,7 @@ import pytest
 from agentdescent import (
     AllocateDecision,
     AllocatorContext,
+    AllocatorPolicy,
     BudgetGovernor,
     MergeOutcome,
     ValueBudgetAllocator,
@@ -18,7 +19,7 @@ from agentdescent import (
 from agentdescent.domains.router import RouterDomain
 
 
-class ScriptedAllocator:
+class ScriptedAllocator(AllocatorPolicy):
     """An allocator that answers a fixed decision and records every call."""
 
     def __init__(self, deep_eval: bool = True, budget_start: float = 0.5) -> None:

@@ -295,6 +295,72 @@ def test_a_failure_on_a_later_page_leaves_no_file(server: Server, tmp_path: Path
     assert _files(tmp_path / "cache") == []
 
 
+def offset_ignored(
+    total: int, *, row_idx: bool = True
+) -> Callable[[str, dict[str, str], int], Reply]:
+    """A broken mirror: /rows answers every request with the first rows, whatever the offset."""
+
+    def handle(path: str, query: dict[str, str], number: int) -> Reply:
+        length = int(query["length"])
+        rows = [
+            {"row_idx": i, "row": {"i": i}} if row_idx else {"row": {"i": i}}
+            for i in range(min(total, length))
+        ]
+        return _json(200, {"rows": rows, "num_rows_total": total})
+
+    return handle
+
+
+def test_a_mirror_that_ignores_offset_is_refused_not_duplicated(
+    server: Server, tmp_path: Path
+) -> None:
+    server.handler = offset_ignored(1000)
+    with pytest.raises(DataLoadError) as info:
+        hf_rows("org/data", "train", limit=250, endpoint=server.url)
+    err, message = info.value, str(info.value)
+    assert err.url is not None and "offset=100&" in err.url and err.url in message
+    assert err.status == 200
+    assert "asked for offset=100" in message
+    assert "row_idx 0-99 (first returned at offset=0)" in message
+    assert "does not honour offset" in message
+    assert "endpoint=" in message and "AGENTDESCENT_HF_ENDPOINT" in message
+    assert len(server.requests) == 2  # stopped at the first repeated page
+    assert _files(tmp_path / "cache") == []  # nothing duplicated got cached
+
+
+def test_a_repeated_page_without_row_idx_is_refused(server: Server, tmp_path: Path) -> None:
+    server.handler = offset_ignored(1000, row_idx=False)
+    with pytest.raises(DataLoadError) as info:
+        hf_rows("d", "train", limit=300, endpoint=server.url)
+    message = str(info.value)
+    assert "asked for offset=100" in message
+    assert "the same 100 rows as the page at offset=0" in message
+    assert "AGENTDESCENT_HF_ENDPOINT" in message
+    assert _files(tmp_path / "cache") == []
+
+
+def test_one_page_from_a_mirror_that_ignores_offset_is_fine(server: Server) -> None:
+    # The advice in the error: limit <= 100 is one request at offset=0, correct anywhere.
+    server.handler = offset_ignored(1000)
+    assert [r["i"] for r in hf_rows("d", "train", limit=100, endpoint=server.url)] == list(
+        range(100)
+    )
+    assert len(server.requests) == 1
+
+
+def test_row_idx_numbered_per_page_is_not_mistaken_for_a_repeat(server: Server) -> None:
+    # A mirror that pages correctly but restarts row_idx on each page sends the same
+    # row_idx with different rows: that is not the offset bug.
+    def handle(path: str, query: dict[str, str], number: int) -> Reply:
+        offset, length = int(query["offset"]), int(query["length"])
+        rows = [{"row_idx": i, "row": {"i": offset + i}} for i in range(min(length, 250 - offset))]
+        return _json(200, {"rows": rows, "num_rows_total": 250})
+
+    server.handler = handle
+    rows = hf_rows("d", "train", limit=250, endpoint=server.url)
+    assert [r["i"] for r in rows] == list(range(250))
+
+
 def test_modelscope_500_names_url_and_status(server: Server, tmp_path: Path) -> None:
     server.handler = lambda p, q, n: (500, {}, b"")
     with pytest.raises(DataLoadError) as info:

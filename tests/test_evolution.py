@@ -113,13 +113,14 @@ def test_tasks_that_are_not_a_sequence_of_task_are_refused(tasks):
 
 
 @pytest.mark.parametrize("name, value, accepted", [
-    ("n_workers", 0, ">= 1"),
-    ("n_workers", -3, ">= 1"),
-    ("n_workers", 2.0, ">= 1"),
-    ("n_workers", True, ">= 1"),
+    ("n_workers", 0, "in [1, 1024]"),
+    ("n_workers", -3, "in [1, 1024]"),
+    ("n_workers", 2.0, "in [1, 1024]"),
+    ("n_workers", True, "in [1, 1024]"),
+    ("n_workers", 10**6, "in [1, 1024]"),
     ("rounds", 0, ">= 1"),
     ("rounds", -1, ">= 1"),
-    ("max_concurrency", 0, ">= 1"),
+    ("max_concurrency", 0, "in [1, 1024]"),
     ("refresh_interval", 0, ">= 1"),
     ("async_ratio", -1, ">= 0"),
     ("held_out_frac", 0.0, "between 0 and 1"),
@@ -133,8 +134,13 @@ def test_tasks_that_are_not_a_sequence_of_task_are_refused(tasks):
     ("target_reward", 1.5, "[0, 1]"),
     ("patience", 0, ">= 1"),
     ("max_rollouts", 0, ">= 1"),
-    ("max_seconds", 0, "positive"),
-    ("max_tokens", 0, "positive"),
+    ("max_seconds", 0, "> 0"),
+    ("max_seconds", float("inf"), "finite"),
+    ("grace_seconds", float("inf"), "finite"),
+    ("grace_seconds", -1, ">= 0"),
+    ("max_tokens", 0, ">= 1"),
+    ("call_attempts", 0, "in [1, 100]"),
+    ("failure_limit", 0, ">= 1"),
     ("cheap_eval_tasks", 0, ">= 1"),
 ])
 def test_bad_knob_names_the_argument_and_the_accepted_range(name, value, accepted):
@@ -405,33 +411,29 @@ def test_on_round_sees_every_round_in_order():
 # --------------------------------------------------------------------------- usage
 
 
-def test_round_tokens_sum_to_the_meter_growth():
+def test_round_tokens_sum_to_the_run_meter():
     d = small_domain(noise=0.25)
     marks: list[int] = []
     result = evolve(**d.evolve_kwargs(), rounds=5, on_round=lambda info: marks.append(d.usage.total_tokens))
-    assert result.usage is d.usage
     tokens = [h.tokens for h in result.history]
     assert all(t > 0 for t in tokens)
     # each round's tokens are exactly the meter's growth since the previous barrier
     assert [b - a for a, b in zip(marks, marks[1:])] == tokens[1:]
-    # what no round accounts for is exactly the held-out evaluation of the starting state
-    probe = small_domain(noise=0.25)
-    rendered = probe.strategy.render(probe.strategy.initial())
-    n_held = round(len(probe.tasks) * 0.4)  # held_out_frac=0.4, the last tasks
-    for task in probe.tasks[-n_held:]:
-        probe.run(rendered, task)
-    assert d.usage.total_tokens == probe.usage.total_tokens + sum(tokens)
+    # the first round also carries the held-out evaluation of the starting state
+    assert sum(tokens) == result.usage.total_tokens == d.usage.total_tokens
     assert marks[-1] == d.usage.total_tokens  # assembling the result spends nothing
 
 
-def test_usage_is_adopted_from_the_run_callables_owner():
+def test_the_run_meter_sees_tokens_recorded_into_the_callables_own_meter():
     d = small_domain()
     result = evolve(d.tasks, d.reward, run=d.run, propose=d.propose, strategy=d.strategy, rounds=2)
-    assert result.usage is d.usage
-    assert d.usage.total_tokens > 0 and sum(h.tokens for h in result.history) > 0
+    assert result.usage is not d.usage  # the run's own meter, counting this run only
+    assert result.usage.total_tokens == d.usage.total_tokens > 0
+    assert result.usage.by_phase() == d.usage.by_phase()
+    assert sum(h.tokens for h in result.history) == result.usage.total_tokens
 
 
-def test_usage_is_adopted_from_the_agent():
+def test_the_run_meter_sees_an_agents_meter():
     d = small_domain()
 
     class Agent:
@@ -444,17 +446,29 @@ def test_usage_is_adopted_from_the_agent():
             return d.propose(rendered, task, output, reward)
 
     result = evolve(d.tasks, d.reward, agent=Agent(), strategy=d.strategy, rounds=2)
-    assert result.usage is d.usage and d.usage.total_tokens > 0
+    assert result.usage.total_tokens == d.usage.total_tokens > 0
 
 
-def test_explicit_usage_wins_over_the_owners():
+def test_an_explicit_usage_meter_receives_every_token_too():
     d = small_domain()
     mine = Usage()
     result = evolve(d.tasks, d.reward, run=d.run, propose=d.propose, strategy=d.strategy,
                     rounds=2, usage=mine)
-    assert result.usage is mine
-    assert mine.total_tokens == 0  # the domain records into its own meter
-    assert all(h.tokens == 0 for h in result.history)
+    # the domain records into its own meter; the run forwards each call once to `usage=`
+    assert mine.total_tokens == d.usage.total_tokens == result.usage.total_tokens > 0
+    assert sum(h.tokens for h in result.history) == mine.total_tokens
+
+
+def test_the_budget_binds_whichever_meter_the_calls_record_into():
+    d = small_domain(noise=0.25)
+    mine = Usage()  # the caller's meter: the domain never records into it
+    result = evolve(d.tasks, d.reward, run=d.run, propose=d.propose, strategy=d.strategy,
+                    rounds=50, usage=mine, max_tokens=3000)
+    assert result.stop_reason == "max_tokens"
+    spent = result.usage.total_tokens
+    assert spent == result.budget["spent"] == sum(h.tokens for h in result.history)
+    # the overshoot stays within one round's spend
+    assert spent - 3000 <= max(h.tokens for h in result.history)
 
 
 def test_plain_functions_get_a_fresh_meter():

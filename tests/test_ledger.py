@@ -1,5 +1,6 @@
-"""Tests for agentdescent.ledger: one conformance suite for every Ledger, then SqliteLedger's
-concurrency, durability and error paths, then a stateful model check.
+"""Tests for agentdescent.ledger: the exported conformance suite against both ledgers, the
+shipped ledgers' house style, then SqliteLedger's concurrency, durability, history check
+and error paths, then a stateful model check.
 
 The multi-process tests use the "spawn" start method, so their child functions live at
 module level and import this module afresh in the child.
@@ -31,11 +32,11 @@ from agentdescent.ledger import (
     SCHEMA,
     CASConflict,
     Ledger,
-    LedgerEntry,
     MemoryLedger,
     SqliteLedger,
 )
-from agentdescent.types import AgentDescentError, LedgerError
+from agentdescent.testing import LedgerConformance
+from agentdescent.types import LedgerError
 
 SPAWN = multiprocessing.get_context("spawn")
 JOIN_TIMEOUT = 60.0
@@ -53,34 +54,37 @@ def _poll(predicate, timeout: float, what: str) -> None:
 # --------------------------------------------------------------------------- conformance
 
 
+class TestMemoryLedgerConformance(LedgerConformance):
+    """The exported conformance suite (agentdescent.testing) against MemoryLedger."""
+
+    def make_ledger(self, tmp_path: Path) -> Ledger:
+        return MemoryLedger()
+
+
+class TestSqliteLedgerConformance(LedgerConformance):
+    """The exported conformance suite against SqliteLedger, one fresh file per check."""
+
+    def make_ledger(self, tmp_path: Path) -> Ledger:
+        return SqliteLedger(tmp_path / "ledger.sqlite")
+
+    def close_ledger(self, ledger: Ledger) -> None:
+        assert isinstance(ledger, SqliteLedger)
+        ledger.close()
+
+
+# --------------------------------------------------------------------------- house style
+# What the shipped ledgers add beyond the contract: input validation, error text that
+# lists the alternatives, log hygiene. Not part of LedgerConformance.
+
+
 @pytest.fixture(params=["memory", "sqlite"])
 def ledger(request, tmp_path):
-    """Every Ledger implementation, fresh, so the suite below runs against each."""
+    """Both shipped ledgers, fresh, so the house-style tests below run against each."""
     if request.param == "memory":
         yield MemoryLedger()
     else:
         with SqliteLedger(tmp_path / "ledger.sqlite") as led:
             yield led
-
-
-def test_implements_the_protocol(ledger):
-    assert isinstance(ledger, Ledger)
-
-
-def test_register_creates_version_one(ledger):
-    ledger.register("a", {"k": "v"}, 0.2)
-    assert ledger.head("a") == (1, {"k": "v"})
-    assert ledger.versions() == {"a": 1}
-    [entry] = ledger.history("a")
-    assert entry == LedgerEntry("a", 1, {"k": "v"}, {})
-
-
-def test_register_twice_is_a_noop_that_keeps_the_first_state(ledger):
-    ledger.register("a", {"k": "first"}, 0.2)
-    ledger.commit("a", {"k": "second"}, 1)
-    ledger.register("a", {"k": "other"}, 0.2)
-    assert ledger.head("a") == (2, {"k": "second"})
-    assert [e.version for e in ledger.history("a")] == [1, 2]
 
 
 def test_register_with_another_blast_radius_keeps_the_stored_one_and_warns(ledger, caplog):
@@ -89,79 +93,6 @@ def test_register_with_another_blast_radius_keeps_the_stored_one_and_warns(ledge
         ledger.register("a", {}, 0.9)
     assert ledger.blast_radius("a") == pytest.approx(0.2)
     assert any("blast_radius=0.9" in r.getMessage() for r in caplog.records)
-
-
-def test_register_does_not_keep_a_reference_to_the_callers_dict(ledger):
-    state = {"k": "v"}
-    ledger.register("a", state, 0.2)
-    state["k"] = "changed"
-    assert ledger.head("a") == (1, {"k": "v"})
-
-
-def test_commit_increments_the_version(ledger):
-    ledger.register("a", {"k": "1"}, 0.2)
-    assert ledger.commit("a", {"k": "2"}, 1) == 2
-    assert ledger.commit("a", {"k": "3", "j": "x"}, 2) == 3
-    assert ledger.head("a") == (3, {"k": "3", "j": "x"})
-    assert ledger.versions() == {"a": 3}
-
-
-@pytest.mark.parametrize("base", [1, 3, 7])
-def test_stale_or_future_commit_raises_cas_conflict_and_changes_nothing(ledger, base):
-    ledger.register("a", {"k": "1"}, 0.2)
-    ledger.commit("a", {"k": "2"}, 1)
-    with pytest.raises(CASConflict) as info:
-        ledger.commit("a", {"k": "lost"}, base)
-    err = info.value
-    assert (err.artifact_id, err.base_version, err.head_version) == ("a", base, 2)
-    assert isinstance(err, LedgerError) and isinstance(err, AgentDescentError)
-    assert "'a'" in str(err) and str(base) in str(err)
-    assert ledger.head("a") == (2, {"k": "2"})
-    assert len(ledger.history("a")) == 2
-
-
-def test_history_keeps_every_version_in_order_with_meta(ledger):
-    ledger.register("a", {"n": "1"}, 0.2)
-    for v in range(1, 6):
-        ledger.commit("a", {"n": str(v + 1)}, v, meta={"diff_id": f"d{v}", "n": v, "ok": True})
-    history = ledger.history("a")
-    assert [e.version for e in history] == [1, 2, 3, 4, 5, 6]
-    assert [e.state for e in history] == [{"n": str(v)} for v in range(1, 7)]
-    assert history[0].meta == {}
-    assert history[3].meta == {"diff_id": "d3", "n": 3, "ok": True}
-    assert all(e.artifact_id == "a" for e in history)
-
-
-def test_head_and_history_return_copies(ledger):
-    ledger.register("a", {"k": "v"}, 0.2)
-    ledger.commit("a", {"k": "w"}, 1, meta={"m": [1]})
-    _, state = ledger.head("a")
-    state["k"] = "mutated"
-    state["new"] = "x"
-    entries = ledger.history("a")
-    entries[1].state["k"] = "mutated"
-    entries[1].meta["m"].append(2)
-    assert ledger.head("a") == (2, {"k": "w"})
-    assert ledger.history("a")[1].state == {"k": "w"}
-    assert ledger.history("a")[1].meta == {"m": [1]}
-
-
-def test_commit_does_not_keep_a_reference_to_the_callers_dict(ledger):
-    ledger.register("a", {}, 0.2)
-    new = {"k": "v"}
-    ledger.commit("a", new, 1)
-    new["k"] = "changed"
-    assert ledger.head("a") == (2, {"k": "v"})
-
-
-def test_artifacts_are_independent(ledger):
-    ledger.register("a", {"x": "1"}, 0.1)
-    ledger.register("b", {"y": "1"}, 0.8)
-    ledger.commit("a", {"x": "2"}, 1)
-    assert ledger.versions() == {"a": 2, "b": 1}
-    with pytest.raises(CASConflict):
-        ledger.commit("b", {"y": "2"}, 2)
-    assert ledger.head("b") == (1, {"y": "1"})
 
 
 @pytest.mark.parametrize("method", ["head", "history", "blast_radius", "commit"])
@@ -243,31 +174,6 @@ def test_meta_that_is_not_json_raises_type_error(ledger):
     assert ledger.head("a") == (1, {})
 
 
-@pytest.mark.parametrize("radius", [0, 0.0, 0.3, 1, 0.123456789])
-def test_blast_radius_round_trips(ledger, radius):
-    ledger.register("a", {}, radius)
-    assert ledger.blast_radius("a") == pytest.approx(float(radius), abs=0.0)
-    assert isinstance(ledger.blast_radius("a"), float)
-
-
-def test_versions_maps_every_artifact_to_its_head(ledger):
-    for i, aid in enumerate(["a", "b", "c"]):
-        ledger.register(aid, {}, 0.2)
-        for v in range(1, i + 1):
-            ledger.commit(aid, {"v": str(v)}, v)
-    assert ledger.versions() == {"a": 1, "b": 2, "c": 3}
-
-
-def test_unicode_and_awkward_text_round_trip(ledger):
-    state = {
-        "règle 1": "ne jamais «deviner»",
-        "emoji 🧪": "line\nbreak\ttab\x00nul",
-        "": '"quoted"',
-    }
-    ledger.register("a", state, 0.2)
-    assert ledger.head("a") == (1, state)
-
-
 def test_commit_logs_at_debug_without_state_contents(ledger, caplog):
     ledger.register("a", {}, 0.2)
     with caplog.at_level(logging.DEBUG, logger="agentdescent.ledger"):
@@ -275,52 +181,6 @@ def test_commit_logs_at_debug_without_state_contents(ledger, caplog):
     records = [r for r in caplog.records if r.name == "agentdescent.ledger"]
     assert any(r.levelno == logging.DEBUG and "'a'" in r.getMessage() for r in records)
     assert not any("SECRET-VALUE" in r.getMessage() for r in records)
-
-
-def _race_threads(ledger: Ledger, n_threads: int, attempts: int) -> list[tuple[int, dict]]:
-    barrier = threading.Barrier(n_threads)
-    won: list[tuple[int, dict]] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def worker(wid: int) -> None:
-        try:
-            barrier.wait(timeout=JOIN_TIMEOUT)
-            for attempt in range(attempts):
-                while True:
-                    version, state = ledger.head("a")
-                    state[f"t{wid}-{attempt}"] = f"{wid}:{attempt}:{version}"
-                    try:
-                        new = ledger.commit("a", state, version)
-                    except CASConflict:
-                        continue
-                    with lock:
-                        won.append((new, state))
-                    break
-        except BaseException as exc:  # reported to the main thread below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(w,)) for w in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(JOIN_TIMEOUT)
-    assert not any(t.is_alive() for t in threads), "a racing thread did not finish"
-    if errors:
-        raise errors[0]
-    return won
-
-
-def test_threads_racing_cas_lose_no_update(ledger):
-    ledger.register("a", {}, 0.2)
-    won = _race_threads(ledger, n_threads=4, attempts=25)
-    assert len(won) == 100
-    assert ledger.versions() == {"a": 101}
-    history = ledger.history("a")
-    assert [e.version for e in history] == list(range(1, 102))
-    for version, state in won:
-        assert history[version - 1].state == state
-    assert len(ledger.head("a")[1]) == 100  # every thread's every key survived
 
 
 # --------------------------------------------------------------------------- SqliteLedger
@@ -564,38 +424,172 @@ def test_a_database_with_another_schema_marker_raises_ledger_error(tmp_path):
         SqliteLedger(path)
 
 
-@pytest.mark.parametrize("bad", ["{not json", '["a", "list"]', '{"k": 1}'])
-def test_a_row_with_corrupt_json_raises_ledger_error(tmp_path, bad):
-    path = tmp_path / "corrupt.sqlite"
-    with SqliteLedger(path) as led:
-        led.register("a", {"k": "1"}, 0.2)
-        led.commit("a", {"k": "2"}, 1)
+def _damage(path: Path, *statements: tuple[str, tuple]) -> bytes:
+    """Edit a closed ledger file behind agentdescent's back; return its bytes afterwards."""
     raw = sqlite3.connect(path)
-    raw.execute(
-        "UPDATE versions SET state_json = ? WHERE artifact_id = 'a' AND version = 2", (bad,)
+    try:
+        for sql, params in statements:
+            raw.execute(sql, params)
+        raw.commit()
+    finally:
+        raw.close()
+    return path.read_bytes()
+
+
+def _set_state(artifact_id: str, version: int, text: str) -> tuple[str, tuple]:
+    return (
+        "UPDATE versions SET state_json = ? WHERE artifact_id = ? AND version = ?",
+        (text, artifact_id, version),
     )
-    raw.commit()
-    raw.close()
+
+
+def _delete_version(artifact_id: str, version: int) -> tuple[str, tuple]:
+    return ("DELETE FROM versions WHERE artifact_id = ? AND version = ?", (artifact_id, version))
+
+
+def _ledger_with(path: Path, heads: dict[str, int]) -> None:
+    """A closed ledger file where artifact ``aid`` has versions 1..heads[aid], state n=version."""
     with SqliteLedger(path) as led:
+        for aid, head in heads.items():
+            led.register(aid, {"n": "1"}, 0.2)
+            for base in range(1, head):
+                led.commit(aid, {"n": str(base + 1)}, base)
+
+
+def _refused(path: Path) -> str:
+    """Open ``path``, expect the history check to refuse it, return the message."""
+    with pytest.raises(LedgerError) as info:
+        SqliteLedger(path)
+    assert not isinstance(info.value, CASConflict)
+    return str(info.value)
+
+
+def test_a_deleted_version_row_is_refused_on_open_naming_the_artifact_and_version(tmp_path):
+    path = tmp_path / "gap.sqlite"
+    _ledger_with(path, {"a": 4, "b": 2})
+    before = _damage(path, _delete_version("a", 3))
+    message = _refused(path)
+    assert str(path) in message
+    assert "artifact 'a': version 3 missing" in message and "stored: 1-2, 4" in message
+    assert "'b'" not in message  # the intact artifact is not reported
+    assert "restore the file from a backup" in message.lower() and "new path" in message
+    assert "was not modified" in message and "check_history=False" in message
+    assert path.read_bytes() == before  # refused before anything was written
+
+
+def test_a_missing_first_version_and_a_long_gap_are_named_as_ranges(tmp_path):
+    path = tmp_path / "gaps.sqlite"
+    _ledger_with(path, {"a": 3, "b": 9})
+    _damage(
+        path,
+        _delete_version("a", 1),
+        *(_delete_version("b", v) for v in (2, 3, 4, 5, 7)),
+    )
+    message = _refused(path)
+    assert "artifact 'a': version 1 missing" in message and "stored: 2-3" in message
+    assert "artifact 'b': versions 2-5, 7 missing" in message and "stored: 1, 6, 8-9" in message
+    assert "(2 problems)" in message
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ("{not json", "Expecting property name"),
+        ('["a", "list"]', "a JSON array, not an object"),
+        ('{"k": 1}', "key 'k' holds a JSON number, not a string"),
+        ("null", "a JSON null, not an object"),
+    ],
+)
+def test_a_corrupt_state_below_the_head_is_refused_on_open(tmp_path, bad, said):
+    path = tmp_path / "corrupt-old.sqlite"
+    _ledger_with(path, {"a": 4})
+    before = _damage(path, _set_state("a", 2, bad))
+    message = _refused(path)
+    assert str(path) in message
+    assert "artifact 'a': version 2 holds unreadable state" in message and said in message
+    assert "JSON object of str -> str" in message and "version 4" not in message
+    assert path.read_bytes() == before
+
+
+def test_every_kind_of_damage_is_listed_in_one_error(tmp_path):
+    path = tmp_path / "wreck.sqlite"
+    _ledger_with(path, {"gap": 5, "bad": 2, "empty": 1, "orphan": 3, "fine": 3})
+    _damage(
+        path,
+        _delete_version("gap", 2),
+        _delete_version("gap", 3),
+        _set_state("bad", 1, "{"),
+        (
+            "UPDATE versions SET meta_json = 'nope' WHERE artifact_id = ? AND version = ?",
+            ("bad", 2),
+        ),
+        ("DELETE FROM versions WHERE artifact_id = ?", ("empty",)),
+        ("DELETE FROM artifacts WHERE artifact_id = ?", ("orphan",)),
+    )
+    message = _refused(path)
+    assert "(5 problems)" in message
+    assert "artifact 'gap': versions 2-3 missing" in message
+    assert "artifact 'bad': version 1 holds unreadable state" in message
+    assert "artifact 'bad': version 2 holds an unreadable audit record" in message
+    assert "artifact 'empty': no version is stored (version 1 is missing)" in message
+    assert "artifact 'orphan': versions 1-3 are stored but the artifact is not registered" in (
+        message
+    )
+    assert "'fine'" not in message
+
+
+def test_a_long_history_is_checked_in_full_and_problems_are_capped(tmp_path):
+    path = tmp_path / "long.sqlite"
+    _ledger_with(path, {"a": 1})
+    n = 10_000
+    rows = [("a", v, json.dumps({"n": str(v)}), "{}", 0.0) for v in range(2, n + 1)]
+    _damage(path, *[("INSERT INTO versions VALUES (?, ?, ?, ?, ?)", row) for row in rows])
+    with SqliteLedger(path) as led:
+        assert led.head("a") == (n, {"n": str(n)})
+
+    _damage(path, _delete_version("a", n - 1))
+    assert f"version {n - 1} missing" in _refused(path)
+
+    _damage(path, *(_set_state("a", v, "[]") for v in range(101, 131)))
+    message = _refused(path)
+    assert "(31 problems)" in message and "... (11 more)" in message
+    lines = message.splitlines()
+    assert f"version {n - 1} missing" in lines[1]  # the gap first: it explains the rest
+    assert "version 101 holds unreadable state" in lines[2]
+    assert "version 119 holds" in message and "version 120 holds" not in message
+
+
+@pytest.mark.parametrize("bad", ["{not json", '["a", "list"]', '{"k": 1}'])
+def test_reading_a_corrupt_row_with_the_check_off_raises_ledger_error(tmp_path, bad):
+    path = tmp_path / "corrupt.sqlite"
+    _ledger_with(path, {"a": 2, "b": 1})
+    _damage(path, _set_state("a", 2, bad))
+    with SqliteLedger(path, check_history=False) as led:
         for call in (lambda: led.head("a"), lambda: led.history("a")):
             with pytest.raises(LedgerError) as info:
                 call()
             message = str(info.value)
             assert str(path) in message and "version 2" in message and "'a'" in message
             assert "JSON object" in message
-        assert led.versions() == {"a": 2}  # the rest of the file is still readable
+        assert led.versions() == {"a": 2, "b": 1}  # the rest of the file is still readable
+        assert led.head("b") == (1, {"n": "1"})
 
 
-def test_a_row_with_corrupt_meta_raises_ledger_error(tmp_path):
+def test_reading_a_corrupt_audit_record_with_the_check_off_raises_ledger_error(tmp_path):
     path = tmp_path / "corrupt-meta.sqlite"
-    with SqliteLedger(path) as led:
-        led.register("a", {}, 0.2)
-    raw = sqlite3.connect(path)
-    raw.execute("UPDATE versions SET meta_json = 'nope' WHERE artifact_id = 'a'")
-    raw.commit()
-    raw.close()
-    with SqliteLedger(path) as led, pytest.raises(LedgerError, match="audit record"):
-        led.history("a")
+    _ledger_with(path, {"a": 1})
+    _damage(path, ("UPDATE versions SET meta_json = 'nope' WHERE artifact_id = ?", ("a",)))
+    assert "unreadable audit record" in _refused(path)
+    with SqliteLedger(path, check_history=False) as led:
+        assert led.head("a") == (1, {"n": "1"})
+        with pytest.raises(LedgerError, match="audit record"):
+            led.history("a")
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_check_history_must_be_a_bool(tmp_path, bad):
+    with pytest.raises(ValueError, match="check_history"):
+        SqliteLedger(tmp_path / "x.sqlite", check_history=bad)
 
 
 def _commit_forever(path: str) -> None:

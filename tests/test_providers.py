@@ -23,6 +23,7 @@ from agentdescent.providers import (
     OpenAICompatibleProvider,
     ProviderAuthError,
     ProviderBadRequestError,
+    ProviderConnectionError,
     ProviderDependencyError,
     ProviderRateLimitError,
     ProviderResponseError,
@@ -255,17 +256,15 @@ def test_timeout_is_retried_then_typed(server, clock):
     assert info.value.attempts == 2
 
 
-def test_connection_refused_is_unavailable(clock):
+def test_connection_refused_is_a_connection_error(clock):
+    base_url = f"http://127.0.0.1:{free_port()}/v1"
     provider = openai_compatible(
-        "test-model",
-        base_url=f"http://127.0.0.1:{free_port()}/v1",
-        api_key=KEY,
-        max_retries=2,
-        sleep=clock.sleep,
-        clock=clock,
+        "test-model", base_url=base_url, api_key=KEY, max_retries=2, sleep=clock.sleep, clock=clock
     )
-    with pytest.raises(ProviderUnavailableError, match="connection error"):
+    with pytest.raises(ProviderUnavailableError, match="Is the server running") as info:
         provider.complete(USER)
+    assert isinstance(info.value, ProviderConnectionError)
+    assert base_url in str(info.value) and "base_url" in str(info.value)
     assert len(clock.sleeps) == 2
 
 
@@ -333,7 +332,7 @@ def test_the_key_never_leaks_into_errors_logs_or_repr(server, clock, caplog):
     texts = [repr(provider), str(provider)]
     for err in failures:
         texts += [str(err), repr(err), repr(err.args), repr(vars(err))]
-        assert err.__cause__ is None
+        assert err.__cause__ is None and err.__context__ is None
     for record in caplog.records:
         texts.append(record.getMessage())
         texts.append(repr(record.args))
@@ -580,11 +579,12 @@ def test_from_callable_options():
 
 
 def test_from_callable_return_types():
-    exact = Usage()
-    exact.record(100, 10, 50)
-    provider = from_callable(lambda prompt: Completion("x", exact))
-    assert provider.complete(USER).usage.cached_tokens == 50
+    exact = Usage(100, 10, 50, 1)
+    provider = from_callable(lambda prompt: Completion("x", exact, "length", ({"id": "t1"},)))
+    reply = provider.complete(USER)
+    assert reply.usage.cached_tokens == 50
     assert provider.usage.prompt_tokens == 100
+    assert reply.finish_reason == "length" and reply.tool_calls == ({"id": "t1"},)
     with pytest.raises(TypeError, match="returned a int"):
         from_callable(lambda prompt: 3).complete(USER)
     with pytest.raises(TypeError, match="callable"):

@@ -26,7 +26,7 @@ from agentdescent import (
 from agentdescent.domains.router import RouterDomain
 
 STOP_REASONS = {
-    "rounds", "target_reward", "patience", "max_seconds", "max_rollouts", "max_iters",
+    "rounds", "target_reward", "patience", "max_seconds", "max_rollouts",
     "max_tokens", "diminishing_returns", "error",
 }
 N_HELD_OUT = 115  # 288 router tasks, held_out_frac=0.4
@@ -54,8 +54,8 @@ def check_accounting(result: EvolutionResult) -> None:
     merged_rollouts = sum(h.rollouts for h in result.history)
     merged_cards = sum(h.cards for h in result.history)
     assert merged_cards == c.get("merge_ingested", 0)
-    if result.stop_reason == "max_iters":
-        # every admitted rollout is merged before a max_iters stop
+    if result.stop_reason == "max_rollouts":
+        # every admitted rollout is merged before a max_rollouts stop
         assert merged_rollouts == result.rollouts == c["admitted"]
         assert merged_cards == c.get("cards", 0)
     else:
@@ -80,7 +80,9 @@ def test_sync_and_async_reach_the_target_on_the_same_callables():
     assert sync.stop_reason == "target_reward" and sync.final_reward >= 0.9
     assert asyn.stop_reason == "target_reward" and asyn.final_reward >= 0.9
     assert asyn.error is None and asyn.committed > 0
-    assert asyn.usage is kwargs["usage"] and asyn.usage.total_tokens > 0
+    # the run meter saw every token the domain recorded into its own meter
+    assert asyn.usage.total_tokens == sum(h.tokens for h in asyn.history) > 0
+    assert asyn.usage.total_tokens <= kwargs["usage"].total_tokens  # stragglers may record later
     check_accounting(asyn)
 
 
@@ -90,7 +92,7 @@ def test_no_livelock_at_extreme_async_ratios(async_ratio):
     result = async_evolve(**router_kwargs(), async_ratio=async_ratio, target_reward=0.9,
                           max_iters=800, max_seconds=20)
     elapsed = time.monotonic() - start
-    assert result.stop_reason in {"target_reward", "max_iters"}, (result.stop_reason, result.error)
+    assert result.stop_reason in {"target_reward", "max_rollouts"}, (result.stop_reason, result.error)
     assert result.committed > 0
     assert elapsed < 10, f"took {elapsed:.1f}s of the 20s cap"
     check_accounting(result)
@@ -101,7 +103,7 @@ def test_forced_refresh_when_nothing_can_commit():
     result = async_evolve(**router_kwargs(noise=1.0), n_workers=4, stall_sweeps=3,
                           max_iters=120, max_seconds=20)
     assert result.committed == 0 and result.version == 1
-    assert result.stop_reason == "max_iters"
+    assert result.stop_reason == "max_rollouts"
     assert result.forced_refreshes > 0
     assert result.counters["resyncs"] >= result.forced_refreshes
     assert result.outcomes()[MergeOutcome.BELOW_THRESHOLD.value] > 0
@@ -120,24 +122,28 @@ def test_progress_and_on_round_see_every_sweep(capfd):
 # --------------------------------------------------------------------------- failures
 
 
-def test_a_worker_whose_backend_always_fails_is_retired():
+def test_a_flaky_backend_is_retried_and_the_run_goes_on():
     kwargs = router_kwargs()
     inner = kwargs["run"]
+    calls = {"n": 0}
+    lock = threading.Lock()
 
     def run(rendered, task):
-        if threading.current_thread().name == "agentdescent-worker-0":
-            raise ConnectionError("worker 0's endpoint is down")
+        with lock:
+            calls["n"] += 1
+            n = calls["n"]
+        if n % 5 == 0:
+            raise ConnectionError("a dropped request")
         return inner(rendered, task)
 
     kwargs["run"] = run
     result = async_evolve(**kwargs, n_workers=3, target_reward=0.9, max_seconds=15)
-    assert result.counters["retired_workers"] == 1
-    assert result.counters["backend_failures"] >= 3  # RETIRE_AFTER consecutive failed steps
+    assert result.counters["backend_errors"] > 0  # each retried with a WARNING, then succeeded
     assert result.error is None and result.stop_reason == "target_reward"
     check_accounting(result)
 
 
-def test_the_run_ends_with_error_when_every_worker_is_retired():
+def test_the_run_ends_with_error_when_every_rollout_fails():
     kwargs = router_kwargs()
     inner = kwargs["run"]
     held_out = {t.id for t in kwargs["tasks"][-N_HELD_OUT:]}
@@ -152,8 +158,8 @@ def test_the_run_ends_with_error_when_every_worker_is_retired():
     result = async_evolve(**kwargs, n_workers=3, max_seconds=15)
     assert time.monotonic() - start < 10
     assert result.stop_reason == "error"
-    assert result.error and "retired" in result.error
-    assert result.counters["retired_workers"] == 3
+    assert result.error and "rollout call(s) in a row failed" in result.error
+    assert "rollout backend is down" in result.error
     assert result.rollouts == 0 and result.version == 1
 
 
@@ -173,7 +179,7 @@ def test_a_contract_error_in_a_worker_propagates():
 def test_max_iters_is_honoured_exactly(max_iters, n_workers):
     result = async_evolve(**router_kwargs(), n_workers=n_workers, max_iters=max_iters,
                           max_seconds=20)
-    assert result.stop_reason == "max_iters"
+    assert result.stop_reason == "max_rollouts"
     assert result.rollouts == max_iters
     assert sum(h.rollouts for h in result.history) == max_iters
     assert result.counters["admitted"] == max_iters
@@ -249,7 +255,7 @@ def test_guarded_discards_at_least_as_much_as_reflective():
     for policy in ("guarded", "reflective"):
         result = async_evolve(**router_kwargs(latency=0.002), staleness_policy=policy,
                               async_ratio=4, n_workers=8, max_iters=160, max_seconds=20)
-        assert result.stop_reason == "max_iters", (policy, result.error)
+        assert result.stop_reason == "max_rollouts", (policy, result.error)
         assert max(eta_keys(result)) > 1, "the workload should produce diffs staler than alpha"
         check_accounting(result)
         discards[policy] = result.counters.get("merge_discarded_stale", 0)
@@ -270,7 +276,7 @@ def test_pacing_keeps_eta_within_alpha(blast_radius, alpha):
     result = async_evolve(**router_kwargs(latency=0.002), pacing=True, blast_radius=blast_radius,
                           async_ratio=4, n_workers=8, max_iters=60, max_seconds=20)
     assert max(eta_keys(result)) <= alpha, result.counters["eta_histogram"]
-    assert result.stop_reason == "max_iters"
+    assert result.stop_reason == "max_rollouts"
     if alpha == 1:
         # under guarded nothing admitted under pacing is ever too stale to merge
         assert result.counters.get("merge_discarded_stale", 0) == result.counters.get(
@@ -291,10 +297,15 @@ def test_evolve_asynchronous_delegates():
     check_accounting(result)
 
 
-def test_evolve_asynchronous_maps_max_rollouts_to_max_iters():
+def test_evolve_asynchronous_passes_max_rollouts_on():
     result = evolve(**router_kwargs(), asynchronous=True, max_rollouts=9, max_seconds=15)
-    assert result.stop_reason == "max_iters"
+    assert result.stop_reason == "max_rollouts"
     assert result.rollouts == 9
+
+
+def test_max_iters_and_max_rollouts_are_one_knob():
+    with pytest.raises(ValueError, match="same knob"):
+        async_evolve(**router_kwargs(), max_iters=5, max_rollouts=5)
 
 
 def test_evolve_asynchronous_does_not_silently_ignore_sync_only_knobs():

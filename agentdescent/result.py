@@ -1,0 +1,188 @@
+"""What a run returns: `EvolutionResult` and its per-round `RoundInfo`, with a JSON round trip.
+
+This module owns the result types both runtimes return and their file format
+(``agentdescent-result/1``). It holds values only: it must not run, evaluate or commit
+anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .model import Usage
+from .types import AgentDescentError, MergeOutcome, MergeReport
+
+__all__ = ["EvolutionResult", "RoundInfo"]
+
+
+@dataclass
+class RoundInfo:
+    """What one sync round (or one async merger sweep) did.
+
+    Args:
+        index: 1-based round (or sweep) number.
+        held_out_reward: mean held-out reward of the head after the merge.
+        committed: commits in this round.
+        fused: commits of fused candidates in this round.
+        discarded_stale: cards dropped by the staleness policy.
+        conflicts_dropped: cards dropped as the weaker side of a contradiction.
+        tokens: tokens recorded on the run's meter during the round.
+        reports: the merge reports.
+        rollouts: rollouts finished in the round.
+        cards: evidence cards merged in the round.
+        backend_failures: backend calls that failed even after retries.
+    """
+
+    index: int
+    held_out_reward: float
+    committed: int = 0
+    fused: int = 0
+    discarded_stale: int = 0
+    conflicts_dropped: int = 0
+    tokens: int = 0
+    reports: list[MergeReport] = field(default_factory=list)
+    rollouts: int = 0
+    cards: int = 0
+    backend_failures: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        data = {k: getattr(self, k) for k in (
+            "index", "held_out_reward", "committed", "fused", "discarded_stale",
+            "conflicts_dropped", "tokens", "rollouts", "cards", "backend_failures",
+        )}
+        data["reports"] = [r.to_json() for r in self.reports]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RoundInfo:
+        """Rebuild from `to_json` output."""
+        kwargs = dict(data)
+        kwargs["reports"] = [MergeReport.from_json(r) for r in data.get("reports", [])]
+        return cls(**kwargs)
+
+
+@dataclass
+class EvolutionResult:
+    """The outcome of a run.
+
+    Args:
+        state: the final artifact state (the ledger head).
+        rendered: the final state rendered by the strategy.
+        final_reward: mean held-out reward of the final state.
+        error: why the run could not continue, or None.
+        stop_reason: ``"rounds"``, ``"target_reward"``, ``"patience"``, ``"max_seconds"``,
+            ``"max_rollouts"``, ``"max_iters"``, ``"max_tokens"``, ``"diminishing_returns"``
+            or ``"error"``.
+        history: one `RoundInfo` per round (or merger sweep).
+        forced_refreshes: resyncs the async stall guard forced.
+        usage: the run's token meter.
+        budget: the budget governor's summary, or None without a budget.
+        artifact_id: the evolved artifact.
+        version: the final head version.
+        initial_reward: held-out reward of the starting state.
+        rollouts: rollouts finished (self-verify re-runs not included).
+        counters: everything else the run counted (backend failures, self-verify skips,
+            async sweeps, the eta histogram, stragglers...).
+    """
+
+    state: dict[str, str]
+    rendered: str
+    final_reward: float
+    error: str | None
+    stop_reason: str
+    history: list[RoundInfo] = field(default_factory=list)
+    forced_refreshes: int = 0
+    usage: Usage = field(default_factory=Usage)
+    budget: dict[str, Any] | None = None
+    artifact_id: str = "artifact"
+    version: int = 1
+    initial_reward: float | None = None
+    rollouts: int = 0
+    counters: dict[str, Any] = field(default_factory=dict)
+
+    def outcomes(self) -> dict[str, int]:
+        """How many merge decisions ended each way, keyed by `MergeOutcome` value."""
+        counts = {o.value: 0 for o in MergeOutcome}
+        for info in self.history:
+            for report in info.reports:
+                counts[report.outcome.value] += 1
+        return counts
+
+    @property
+    def committed(self) -> int:
+        """Commits over the whole run."""
+        return sum(info.committed for info in self.history)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the usage meter as its snapshot)."""
+        return {
+            "format": "agentdescent-result/1",
+            "state": dict(self.state),
+            "rendered": self.rendered,
+            "final_reward": self.final_reward,
+            "error": self.error,
+            "stop_reason": self.stop_reason,
+            "history": [h.to_json() for h in self.history],
+            "forced_refreshes": self.forced_refreshes,
+            "usage": {**self.usage.snapshot(), "phases": self.usage.by_phase()},
+            "budget": self.budget,
+            "artifact_id": self.artifact_id,
+            "version": self.version,
+            "initial_reward": self.initial_reward,
+            "rollouts": self.rollouts,
+            "counters": self.counters,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the result as JSON (atomically) and return the path."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, target)
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> EvolutionResult:
+        """Read a result written by `save`.
+
+        Raises:
+            AgentDescentError: the file is not a saved result.
+        """
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError(f"the JSON is a {type(data).__name__}, not an object")
+            if data.get("format") != "agentdescent-result/1":
+                raise ValueError(f"format marker is {data.get('format')!r}")
+            snap = data["usage"]
+            usage = Usage(snap["prompt_tokens"], snap["completion_tokens"], snap["cached_tokens"], snap["calls"])
+            usage.cache_write_tokens = int(snap.get("cache_write_tokens", 0))
+            usage._phases.update({str(k): int(v) for k, v in snap.get("phases", {}).items()})
+            return cls(
+                state=dict(data["state"]),
+                rendered=data["rendered"],
+                final_reward=float(data["final_reward"]),
+                error=data["error"],
+                stop_reason=data["stop_reason"],
+                history=[RoundInfo.from_json(h) for h in data["history"]],
+                forced_refreshes=int(data["forced_refreshes"]),
+                usage=usage,
+                budget=data["budget"],
+                artifact_id=data["artifact_id"],
+                version=int(data["version"]),
+                initial_reward=data["initial_reward"],
+                rollouts=int(data["rollouts"]),
+                counters=dict(data["counters"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise AgentDescentError(
+                f"{os.fspath(path)!r} is not a saved agentdescent result "
+                f"(expected JSON written by EvolutionResult.save): {exc}"
+            ) from exc
