@@ -245,6 +245,7 @@ class ValueBudgetAllocator(AllocatorPolicy):
         self.n_counterfactual = 0
         self.n_committed = 0
         self.n_decisions = 0
+        self._predicted_sum = 0.0
 
     def epsilon(self) -> float:
         """The current exploration probability."""
@@ -259,6 +260,7 @@ class ValueBudgetAllocator(AllocatorPolicy):
         with self._lock:
             self.n_decisions += 1
             p = self.model.predict(features)
+            self._predicted_sum += p
             n = self.n_observed
             learned = any(abs(w) >= self.min_weight for w in self.model.weights)
             if n < self.min_observations or not learned or p >= 0.5:
@@ -278,8 +280,8 @@ class ValueBudgetAllocator(AllocatorPolicy):
             if committed:
                 self.n_committed += 1
 
-    def stats(self) -> dict[str, float]:
-        """The counters, for summaries and the A/B harness."""
+    def stats(self) -> dict[str, Any]:
+        """The counters, for summaries and the A/B harness (``result.budget["allocator"]``)."""
         with self._lock:
             return {
                 "n_decisions": self.n_decisions,
@@ -288,6 +290,9 @@ class ValueBudgetAllocator(AllocatorPolicy):
                 "n_counterfactual": self.n_counterfactual,
                 "n_committed": self.n_committed,
                 "epsilon": self.epsilon(),
+                # the model's mean predicted P(commit) at decision time, to set against the
+                # observed commit rate n_committed / n_observed (calibration at a glance)
+                "mean_predicted_value": self._predicted_sum / self.n_decisions if self.n_decisions else None,
             }
 
     def __repr__(self) -> str:
