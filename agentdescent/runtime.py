@@ -689,6 +689,7 @@ class RunEnv:
     initial_reward: float | None = None
     last_reward: float | None = None
     last_error: BaseException | None = None
+    fatal: RunFailed | None = None
     bar: Any = None
     unit: str = "round"
     _tokens_mark: int = 0
@@ -720,6 +721,8 @@ class RunEnv:
                 ``failure_limit`` failures in a row of this phase).
             ContractError: the caller's callable broke its contract.
         """
+        if self.fatal is not None:  # the run is ending: send nothing more to the backend
+            raise self.fatal
         attempts = self.config.call_attempts
         last: BaseException | None = None
         for attempt in range(1, attempts + 1):
@@ -733,7 +736,7 @@ class RunEnv:
                 if not exc.retryable:
                     self.counters.add("backend_failures")
                     self.last_error = exc
-                    raise RunFailed(
+                    raise self._fail_run(
                         f"{what} failed with {type(exc).__name__}, which retrying cannot fix: {exc}"
                     ) from None
                 break  # the provider already retried with backoff: never multiply its retries
@@ -757,12 +760,19 @@ class RunEnv:
             in_a_row = self._in_a_row[phase]
         cause = f"{type(exc).__name__}: {exc}"
         if in_a_row >= self.config.failure_limit:
-            raise RunFailed(
+            raise self._fail_run(
                 f"{in_a_row} {phase} call(s) in a row failed (failure_limit="
                 f"{self.config.failure_limit}); last: {what}: {cause}"
             ) from None
         logger.warning("%s failed for good (%d %s failure(s) in a row): %s", what, in_a_row, phase, cause)
         raise BackendFailure(f"{what} failed; last error: {cause}") from None
+
+    def _fail_run(self, message: str) -> RunFailed:
+        """The run's one `RunFailed`: the first one wins, later calls re-raise it without calling."""
+        with self._lock:
+            if self.fatal is None:
+                self.fatal = RunFailed(message)
+            return self.fatal
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any], *, stop_on_failure: bool = False) -> list[Any]:
         """``fn`` over ``items`` on the run's executor, results in order, within the deadline.

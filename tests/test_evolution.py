@@ -36,6 +36,8 @@ from agentdescent import (
 )
 from agentdescent.domains.router import RouterDomain
 
+from .toy import echo_run, never_propose, toy_propose, toy_reward, toy_tasks
+
 REPO = Path(__file__).resolve().parents[1]
 STOP_REASONS = {
     "rounds", "target_reward", "patience", "max_seconds", "max_rollouts", "max_iters",
@@ -49,26 +51,6 @@ STOP_REASONS = {
 def small_domain(seed: int = 0, noise: float = 0.0, **kwargs) -> RouterDomain:
     """48 routing tasks (two texts per keyword, so train and held-out share keywords)."""
     return RouterDomain(seed=seed, noise=noise, texts_per_keyword=2, **kwargs)
-
-
-def toy_tasks(n: int = 8) -> list[Task]:
-    return [Task(f"t{i}", f"prompt {i}") for i in range(n)]
-
-
-def echo_run(rendered: str, task: Task) -> str:
-    return "solved" if f"solve {task.id}" in rendered else "unsolved"
-
-
-def toy_reward(task: Task, output: str) -> float:
-    return 1.0 if output == "solved" else 0.0
-
-
-def toy_propose(rendered: str, task: Task, output: str, reward: float) -> str | None:
-    return f"solve {task.id}"
-
-
-def never_propose(rendered: str, task: Task, output: str, reward: float) -> None:
-    return None
 
 
 def toy_kwargs(**overrides):
@@ -527,6 +509,8 @@ def test_backend_warnings_are_logged_not_printed(caplog, capsys):
 
 _SUBPROCESS_RUN = textwrap.dedent("""
     from agentdescent import Task, evolve
+
+from .toy import echo_run, never_propose, toy_propose, toy_reward, toy_tasks
     tasks = [Task(f"t{i}", f"prompt {i}") for i in range(8)]
     calls = {"n": 0}
     def run(rendered, task):
