@@ -272,7 +272,7 @@ def async_evolve(
     max_seconds: float | None = 20.0,
     max_iters: int | None = None,
     held_out_frac: float = 0.4,
-    shuffle: bool = False,
+    shuffle: bool = True,
     seed: int = 0,
     self_verify: bool = True,
     target_reward: float | None = None,
@@ -297,6 +297,7 @@ def async_evolve(
     call_attempts: int = 3,
     failure_limit: int = 3,
     clock: Clock | None = None,
+    stratify: str | None = None,
 ) -> EvolutionResult:
     """Evolve an artifact without round barriers: workers stream cards to one merger.
 
@@ -358,6 +359,7 @@ def async_evolve(
         call_attempts: see `evolve`.
         failure_limit: see `evolve`.
         clock: see `evolve`.
+        stratify: see `evolve`.
 
     Returns:
         The `EvolutionResult`; ``counters`` adds ``sweeps``,

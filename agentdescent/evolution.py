@@ -68,7 +68,7 @@ def evolve(
     max_concurrency: int = 1,
     refresh_interval: int = 1,
     held_out_frac: float = 0.4,
-    shuffle: bool = False,
+    shuffle: bool = True,
     seed: int = 0,
     self_verify: bool = True,
     target_reward: float | None = None,
@@ -94,6 +94,7 @@ def evolve(
     call_attempts: int = 3,
     failure_limit: int = 3,
     clock: Clock | None = None,
+    stratify: str | None = None,
 ) -> EvolutionResult:
     """Evolve an artifact with parallel workers that merge through a versioned ledger.
 
@@ -105,8 +106,8 @@ def evolve(
     is recorded after every round.
 
     Args:
-        tasks: at least 4 tasks with unique ids; split positionally (after an optional
-            seeded shuffle) into train and held-out.
+        tasks: at least 4 tasks with unique ids; split into train and held-out after a
+            seeded shuffle (``shuffle=False``: positionally, the last ones held out).
         reward: ``reward(task, output) -> float`` in [0, 1].
         agent: an object with ``solve(rendered, task)`` and ``propose(...)``
             (alternative to ``run``/``propose``); its ``usage`` meter is adopted.
@@ -123,7 +124,8 @@ def evolve(
         refresh_interval: a worker re-reads the head every this many rounds (staggered
             by worker id), so diffs can be stale; 1 means always fresh.
         held_out_frac: share of tasks held out for acceptance, in (0, 1).
-        shuffle: shuffle the tasks (seeded) before the split.
+        shuffle: shuffle the tasks (seeded) before the split (default since 0.2: sorted
+            task files would otherwise hold out whole categories).
         seed: seeds task order, the cheap subset and the shuffle.
         self_verify: re-run the prompting task on the patched artifact before merging.
         target_reward: stop once the held-out reward reaches this.
@@ -159,6 +161,8 @@ def evolve(
             error ends the run at once).
         failure_limit: failed calls in a row of one phase (rollout, proposal,
             self-verify, evaluation) that end the run with ``error`` set.
+        stratify: a ``task.meta`` key: split each of its values on its own, so every
+            category is on both sides of the split (see `agentdescent.runtime.split_tasks`).
         clock: the time source for ``max_seconds`` (default `time.monotonic`;
             `agentdescent.testing.ManualClock` in tests).
 

@@ -97,6 +97,7 @@ __all__ = [
     "merge_and_record",
     "open_run",
     "rollout_step",
+    "split_tasks",
 ]
 
 logger = logging.getLogger("agentdescent.runtime")
@@ -211,7 +212,8 @@ class RunConfig:
         n_workers: workers (rollouts per sync round; worker threads in async).
         max_concurrency: threads for the run's calls when no ``executor`` is given.
         held_out_frac: share of tasks held out, in (0, 1).
-        shuffle: shuffle the tasks (seeded) before the split.
+        shuffle: shuffle the tasks (seeded) before the split (see `split_tasks`).
+        stratify: a ``task.meta`` key to split each of its values on its own.
         seed: seeds the task order, the shuffle and the cheap subset.
         self_verify: re-run the proposing task on the patched artifact.
         target_reward: stop once the held-out reward reaches this.
@@ -252,7 +254,8 @@ class RunConfig:
     n_workers: int = 4
     max_concurrency: int = 1
     held_out_frac: float = 0.4
-    shuffle: bool = False
+    shuffle: bool = True
+    stratify: str | None = None
     seed: int = 0
     self_verify: bool = True
     target_reward: float | None = None
@@ -384,13 +387,51 @@ def _resolve_callables(config: RunConfig) -> tuple[Callable[[str, Task], str], C
     return run, propose
 
 
-def _split(tasks: Sequence[Task], held_out_frac: float, shuffle: bool, seed: int) -> tuple[list[Task], list[Task]]:
+def split_tasks(tasks: Sequence[Task], held_out_frac: float, shuffle: bool, seed: int,
+                stratify: str | None = None) -> tuple[list[Task], list[Task]]:
+    """Split ``tasks`` into (train, held-out): a seeded shuffle, stratified by a meta key if named.
+
+    Tasks usually arrive sorted (by category, by source file); a positional split would
+    then hold out whole categories that no worker ever sees. So by default the tasks are
+    shuffled (seeded: the same seed gives the same split on every machine) before
+    ``held_out_frac`` of them are held out. With ``stratify=KEY`` each value of
+    ``task.meta[KEY]`` is split on its own, so every category appears on both sides (a
+    category with one task stays in train). ``shuffle=False`` keeps the positional split:
+    the last tasks are held out.
+
+    Raises:
+        ContractError: ``stratify`` names a key some task's meta lacks.
+    """
     ordered = list(tasks)
-    if shuffle:
-        random.Random(stable_hash(seed, "shuffle")).shuffle(ordered)
-    n_held = min(len(ordered) - 1, max(1, round(len(ordered) * held_out_frac)))
-    n_train = len(ordered) - n_held
-    return ordered[:n_train], ordered[n_train:]
+    rng = random.Random(stable_hash(seed, "shuffle"))
+    if stratify is None:
+        if shuffle:
+            rng.shuffle(ordered)
+        n_held = min(len(ordered) - 1, max(1, round(len(ordered) * held_out_frac)))
+        return ordered[: len(ordered) - n_held], ordered[len(ordered) - n_held:]
+    groups: dict[str, list[Task]] = {}
+    for task in ordered:
+        if stratify not in task.meta:
+            raise ContractError(
+                f"stratify={stratify!r}: task {task.id!r} has no meta[{stratify!r}]; give every "
+                "task that key, or stratify=None"
+            )
+        groups.setdefault(str(task.meta[stratify]), []).append(task)
+    train: list[Task] = []
+    held: list[Task] = []
+    for key in sorted(groups):
+        group = groups[key]
+        if shuffle:
+            rng.shuffle(group)
+        n_held = min(len(group) - 1, round(len(group) * held_out_frac))
+        train += group[: len(group) - n_held]
+        held += group[len(group) - n_held:]
+    if not held or not train:
+        raise ContractError(
+            f"stratify={stratify!r}: every group is too small to hold out a task; use fewer "
+            "groups, more tasks, or stratify=None"
+        )
+    return train, held
 
 
 def _cheap_subset(held_out: list[Task], cheap_eval_tasks: int | Sequence[Task] | None, seed: int) -> list[Task]:
@@ -819,8 +860,17 @@ class RunEnv:
                 results.append(exc if exc is not None else future.result())
         return results
 
-    def score(self, task: Task, output: str) -> float:
-        """The reward of one output, with the reward contract checked."""
+    def score(self, task: Task, output: Any) -> float:
+        """The reward of one ``run``/``solve`` output, with both contracts checked.
+
+        Raises:
+            ContractError: the output is not a ``str``.
+            RewardContractError: the reward is not a finite number in [0, 1].
+        """
+        if not isinstance(output, str):
+            raise ContractError(
+                f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
+            )
         return _check_reward(task, self.config.reward(task, output))
 
     # ----------------------------------------------------------------- merging
@@ -892,7 +942,7 @@ def open_run(config: RunConfig) -> RunEnv:
     agg_config = config.agg_config if config.agg_config is not None else AggregatorConfig()
     if config.fusion_tournament is not None:
         agg_config = replace(agg_config, fusion_tournament=bool(config.fusion_tournament))
-    train, held_out = _split(config.tasks, config.held_out_frac, config.shuffle, config.seed)
+    train, held_out = split_tasks(config.tasks, config.held_out_frac, config.shuffle, config.seed, config.stratify)
     cheap_tasks = _cheap_subset(held_out, config.cheap_eval_tasks, config.seed)
     governor = BudgetGovernor(max_tokens=config.max_tokens, allocator=config.allocator,
                               stop_on_diminishing=config.stop_on_diminishing_returns)
@@ -971,7 +1021,7 @@ class RolloutEvaluator(Evaluator):
             def one(task: Task) -> float:
                 out = self.env.call(self.env.solve, rendered, task, what=f"evaluation on task {task.id!r}",
                                     phase="evaluation")
-                return self.env.score(task, str(out))
+                return self.env.score(task, out)
 
             scores = self.env.map(one, missing, stop_on_failure=True)
             with self._lock:
@@ -1026,10 +1076,6 @@ def rollout_step(env: RunEnv, worker_id: int, task: Task, version: int, state: M
     tokens_before = thread_tokens()
     output = env.call(env.solve, rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}",
                       phase="rollout", worker=worker_id)
-    if not isinstance(output, str):
-        raise ContractError(
-            f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
-        )
     reward = env.score(task, output)
     env.counters.add("rollouts")
     env.groups.add(version, reward)
@@ -1079,7 +1125,7 @@ def card_step(env: RunEnv, rollout: Rollout) -> EvidenceCard | None:
                 out = env.call(env.solve, patched, task,
                                what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",
                                phase="self_verify", worker=rollout.worker_id)
-                card.before_after_delta = env.score(task, str(out)) - rollout.reward
+                card.before_after_delta = env.score(task, out) - rollout.reward
                 card.self_verified = True
                 env.counters.add("self_verify_rollouts")
             else:

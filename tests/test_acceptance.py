@@ -12,7 +12,10 @@ from agentdescent.acceptance import (
     BetaPosterior,
     decide_acceptance,
     delta_for_version,
+    evaluation_order,
+    required_gain,
     required_probability,
+    sequential_verdict,
     tie_break_weight,
 )
 
@@ -193,11 +196,11 @@ def test_tie_break_weight(delta, weight):
     assert tie_break_weight(delta) == pytest.approx(weight)
 
 
-def test_self_verify_delta_breaks_a_tie_at_v1():
+def test_the_old_tie_break_is_an_explicit_opt_in():
     scores = [1.0, 0.0, 1.0, 0.0]
     without = decide_acceptance(scores, scores, 1)
-    with_positive = decide_acceptance(scores, scores, 1, self_verify_delta=0.25)
-    with_negative = decide_acceptance(scores, scores, 1, self_verify_delta=-0.25)
+    with_positive = decide_acceptance(scores, scores, 1, self_verify_delta=0.25, self_verify_counts=True)
+    with_negative = decide_acceptance(scores, scores, 1, self_verify_delta=-0.25, self_verify_counts=True)
     assert not without.accept
     assert with_positive.accept
     assert with_positive.p_improve > required_probability(1)
@@ -208,7 +211,7 @@ def test_self_verify_delta_breaks_a_tie_at_v1():
 def test_larger_self_verify_delta_helps_more_up_to_the_cap():
     scores = [1.0, 0.0] * 3
     ps = [
-        decide_acceptance(scores, scores, 1, self_verify_delta=d).p_improve
+        decide_acceptance(scores, scores, 1, self_verify_delta=d, self_verify_counts=True).p_improve
         for d in (0.0, 0.05, 0.1, 0.25, 0.9)
     ]
     assert ps[0] < ps[1] < ps[2] < ps[3]
@@ -221,3 +224,108 @@ def test_self_verify_delta_cannot_outvote_a_clear_held_out_loss():
     d = decide_acceptance(cand, head, 1, self_verify_delta=1.0, max_regressions=None)
     assert not d.accept
     assert d.p_improve < 0.5
+
+
+# --------------------------------------------------------------------------- the evidence rule
+
+
+def test_the_reported_real_model_tie_does_not_commit():
+    scores = [0, 0.5, 0, 0, 0.5, 0]
+    assert not decide_acceptance(scores, scores, 1, self_verify_delta=0.5).accept
+
+
+_score = st.sampled_from([0.0, 0.5, 1.0])
+
+
+@given(st.lists(_score, min_size=1, max_size=40), st.integers(1, 500),
+       st.one_of(st.none(), st.floats(-1, 1)))
+@settings(max_examples=200, deadline=None)
+def test_identical_held_out_scores_never_commit(scores, version, delta):
+    assert not decide_acceptance(scores, list(scores), version, self_verify_delta=delta).accept
+
+
+@given(st.lists(st.tuples(_score, _score), min_size=1, max_size=30), st.integers(1, 200))
+@settings(max_examples=200, deadline=None)
+def test_an_accepted_candidate_gains_on_held_out(pairs, version):
+    cand, head = [c for c, _ in pairs], [h for _, h in pairs]
+    d = decide_acceptance(cand, head, version, self_verify_delta=1.0)
+    if d.accept:
+        assert sum(cand) > sum(head)
+
+
+# --------------------------------------------------------------------------- the sequential test
+
+
+@given(st.lists(st.tuples(_score, _score), min_size=1, max_size=30), st.integers(1, 200),
+       st.integers(0, 2**32), st.sampled_from([0, 1, None]), st.data())
+@settings(max_examples=300, deadline=None)
+def test_curtailed_decisions_equal_full_ones(pairs, version, seed, max_regressions, data):
+    cand, head = [c for c, _ in pairs], [h for _, h in pairs]
+    full = decide_acceptance(cand, head, version, max_regressions=max_regressions)
+    order = evaluation_order(head, seed)
+    assert sorted(order) == list(range(len(head)))
+    k = data.draw(st.integers(1, len(head)))
+    observed = {i: cand[i] for i in order[:k]}
+    verdict = sequential_verdict(head, observed, version, max_regressions=max_regressions, futility=0.0)
+    if verdict.settled:
+        assert verdict.exact
+        assert verdict.accept == full.accept  # an exact stop is the full evaluation's decision
+    if verdict.accept:
+        assert k == len(head)  # never an early acceptance
+
+
+@given(st.lists(st.tuples(_score, _score), min_size=1, max_size=30), st.integers(1, 200),
+       st.floats(0.0, 0.5), st.data())
+@settings(max_examples=300, deadline=None)
+def test_the_sequential_test_never_accepts_what_the_full_evaluation_refuses(pairs, version, futility, data):
+    cand, head = [c for c, _ in pairs], [h for _, h in pairs]
+    full = decide_acceptance(cand, head, version)
+    k = data.draw(st.integers(1, len(head)))
+    verdict = sequential_verdict(head, {i: cand[i] for i in range(k)}, version, futility=futility)
+    if verdict.accept:
+        assert full.accept and k == len(head)
+
+
+def test_futility_stops_junk_early_and_rarely_stops_a_real_gain():
+    """Under the model the test assumes, false rejects stay near the stated budget."""
+    import random
+
+    rng = random.Random(7)
+    n, budget = 60, 0.05
+    stopped_good = good = stopped_junk = junk = 0
+    for _ in range(400):
+        head = [1.0 if rng.random() < 0.5 else 0.0 for _ in range(n)]
+        rate = rng.random() * 0.4  # the candidate fixes this share of the head's failures
+        cand = [1.0 if h == 1.0 or rng.random() < rate else 0.0 for h in head]
+        full = decide_acceptance(cand, head, 1).accept
+        order = evaluation_order(head, rng.randrange(2**32))
+        need = required_gain(head, 1)
+        verdict = None
+        for k in [*range(8, n, 8), n]:
+            verdict = sequential_verdict(head, {i: cand[i] for i in order[:k]}, 1, futility=budget,
+                                         min_observed=8, needed_gain=need)
+            if verdict.settled:
+                break
+        early = verdict is not None and verdict.settled and not verdict.accept and not verdict.exact
+        if full:
+            good += 1
+            stopped_good += early
+        elif sum(cand) == sum(head):
+            junk += 1
+            stopped_junk += verdict.settled and not verdict.accept
+    assert good > 100 and junk > 10
+    assert stopped_good / good <= 2 * budget
+    assert stopped_junk == junk  # a candidate that changes nothing never survives to the end
+
+
+def test_a_regression_settles_at_once_under_max_regressions_zero():
+    head = [1.0, 0.0, 1.0, 0.0]
+    verdict = sequential_verdict(head, {0: 0.0}, 1)
+    assert verdict.settled and verdict.accept is False and verdict.exact
+
+
+def test_sequential_verdict_names_bad_arguments():
+    with pytest.raises(ValueError, match="futility"):
+        sequential_verdict([1.0], {}, 1, futility=1.0)
+    with pytest.raises(ValueError, match="index"):
+        sequential_verdict([1.0], {3: 1.0}, 1)

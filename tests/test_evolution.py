@@ -510,16 +510,15 @@ def test_backend_warnings_are_logged_not_printed(caplog, capsys):
 _SUBPROCESS_RUN = textwrap.dedent("""
     from agentdescent import Task, evolve
 
-from .toy import echo_run, never_propose, toy_propose, toy_reward, toy_tasks
-    tasks = [Task(f"t{i}", f"prompt {i}") for i in range(8)]
+    tasks = [Task(f"t{i}", f"prompt {i}", {"group": f"g{i % 3}"}) for i in range(8)]
     calls = {"n": 0}
     def run(rendered, task):
         calls["n"] += 1
         if FLAKY and calls["n"] % 7 == 0:
             raise ConnectionError("hiccup")
-        return "solved" if f"solve {task.id}" in rendered else "unsolved"
+        return "solved" if f"solve {task.meta['group']}" in rendered else "unsolved"
     result = evolve(tasks, lambda t, o: 1.0 if o == "solved" else 0.0, run=run,
-                    propose=lambda r, t, o, w: f"solve {t.id}", rounds=3)
+                    propose=lambda r, t, o, w: f"solve {t.meta['group']}", rounds=3)
     assert result.error is None, result.error
 """)
 
@@ -547,7 +546,7 @@ def test_backend_retries_print_nothing_in_a_fresh_interpreter():
 # --------------------------------------------------------------------------- misc engine behaviour
 
 
-def test_split_is_positional_and_shuffle_is_seeded():
+def test_shuffle_false_keeps_the_positional_split_and_the_shuffle_is_seeded():
     d = small_domain()
     seen: dict[str, set[str]] = {}
 
@@ -555,7 +554,7 @@ def test_split_is_positional_and_shuffle_is_seeded():
         seen.setdefault("all", set()).add(task.id)
         return d.reward(task, output)
 
-    evolve(**dict(d.evolve_kwargs(), reward=reward, propose=never_propose), rounds=1)
+    evolve(**dict(d.evolve_kwargs(), reward=reward, propose=never_propose), rounds=1, shuffle=False)
     # without a shuffle the held-out set is the last 40 %: all of them are evaluated
     held = {t.id for t in d.tasks[-round(len(d.tasks) * 0.4):]}
     assert held <= seen["all"]
@@ -622,3 +621,25 @@ def test_cards_carry_their_own_token_cost_whatever_the_concurrency():
         phases = result.usage.by_phase()
         assert sum(seen) <= phases["rollout"] + phases["proposal"] + phases["self_verify"]
     assert costs[1] == costs[4]
+
+
+def test_the_default_split_is_a_seeded_shuffle_and_stratify_keeps_every_category_on_both_sides():
+    from agentdescent.runtime import split_tasks
+
+    # sorted by category, as task files usually are: a positional split would hold out
+    # only category "c" and no worker would ever see it
+    tasks = [Task(f"{c}{i}", "p", {"category": c}) for c in "abc" for i in range(10)]
+    train, held = split_tasks(tasks, 0.3, True, 0)
+    assert split_tasks(tasks, 0.3, True, 0) == (train, held)  # seeded
+    assert len(held) == 9 and {t.meta["category"] for t in held} != {"c"}
+    train, held = split_tasks(tasks, 0.3, True, 0, stratify="category")
+    for c in "abc":
+        assert sum(t.meta["category"] == c for t in held) == 3
+        assert sum(t.meta["category"] == c for t in train) == 7
+    _, positional = split_tasks(tasks, 0.3, False, 0)
+    assert {t.meta["category"] for t in positional} == {"c"}
+
+
+def test_stratify_on_a_missing_key_names_the_task():
+    tasks = [Task(f"t{i}", "p", {"category": "a"}) for i in range(5)] + [Task("odd", "p")]
+    _raises_naming(ContractError, ["stratify", "'odd'"], tasks=tasks, stratify="category")

@@ -171,7 +171,7 @@ def test_the_first_evaluation_is_bounded_too(engine):
 
 def test_a_reply_with_a_lone_surrogate_is_sanitised_before_the_ledger(engine, tmp_path):
     def propose(rendered, task, output, reward):
-        return f"solve {task.id} \ud83d"
+        return f"{toy_propose(rendered, task, output, reward)} \ud83d"
 
     result = engine(toy_tasks(), toy_reward, run=echo_run, propose=propose, rounds=3,
                     ledger=tmp_path / "ledger.sqlite")

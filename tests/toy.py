@@ -1,4 +1,9 @@
-"""A toy task family for engine tests: a task is solved once the artifact holds ``solve <task id>``."""
+"""A toy task family for engine tests: a task is solved once the artifact holds ``solve <its group>``.
+
+Tasks fall in three groups (``g0``, ``g1``, ``g2``), so a rule learned on a train task
+also solves the held-out tasks of its group: a real held-out gain, which is what the
+evidence rule asks of every commit.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,18 @@ from agentdescent import Task
 
 
 def toy_tasks(n: int = 8) -> list[Task]:
-    """``n`` tasks with ids ``t0``, ``t1``, ..."""
-    return [Task(f"t{i}", f"prompt {i}") for i in range(n)]
+    """``n`` tasks with ids ``t0``, ``t1``, ... in groups ``g{i % 3}``."""
+    return [Task(f"t{i}", f"prompt {i}", {"group": f"g{i % 3}"}) for i in range(n)]
+
+
+def group_of(task: Task) -> str:
+    """The task's group (a task without one is its own group)."""
+    return str(task.meta.get("group", task.id))
 
 
 def echo_run(rendered: str, task: Task) -> str:
-    """Solved when the rendered artifact names the task."""
-    return "solved" if f"solve {task.id}" in rendered else "unsolved"
+    """Solved when the rendered artifact names the task's group."""
+    return "solved" if f"solve {group_of(task)}" in rendered else "unsolved"
 
 
 def toy_reward(task: Task, output: str) -> float:
@@ -21,8 +31,8 @@ def toy_reward(task: Task, output: str) -> float:
 
 
 def toy_propose(rendered: str, task: Task, output: str, reward: float) -> str | None:
-    """The rule that solves ``task``."""
-    return f"solve {task.id}"
+    """The rule that solves ``task``'s group."""
+    return f"solve {group_of(task)}"
 
 
 def never_propose(rendered: str, task: Task, output: str, reward: float) -> None:
