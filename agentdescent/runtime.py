@@ -1048,6 +1048,10 @@ class RolloutEvaluator(Evaluator):
         """Scores of ``state`` on ``tasks`` (the rebase re-verification)."""
         return self._scores(state, list(tasks))
 
+    def held_out_subset(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> list[float]:
+        """Scores of ``state`` on the held-out tasks at ``indices`` (one batch of a sequential evaluation)."""
+        return self._scores(state, [self.held_out_tasks[i] for i in indices])
+
 
 # =========================================================================== worker step
 
@@ -1087,10 +1091,12 @@ def rollout_step(env: RunEnv, worker_id: int, task: Task, version: int, state: M
 def card_step(env: RunEnv, rollout: Rollout) -> EvidenceCard | None:
     """Propose after an unsolved rollout and build its evidence card.
 
-    The advantage is read from the run's `GroupTracker` now. The self-verify rollout (re-run
-    the task on the patched artifact) is the optional spend: it runs when ``self_verify``
-    is on **and** the budget governor says the candidate is worth it; a skipped self-verify
-    records ``before_after_delta = 0.0`` and the card still goes to the merge.
+    The advantage is read from the run's `GroupTracker` now. The budget governor is asked
+    once, from the card's pre-spend features, whether the candidate is worth its optional
+    spend (``card.allocated``): its self-verify rollout (re-run the task on the patched
+    artifact, when ``self_verify`` is on) and its held-out evaluation at the merge. A
+    skipped self-verify records ``before_after_delta = 0.0``; the card still goes to the
+    merge, where a candidate with no allocated card is not evaluated (so not committed).
 
     Raises:
         BackendFailure: the proposal or the self-verify failed for good.
@@ -1118,9 +1124,12 @@ def card_step(env: RunEnv, rollout: Rollout) -> EvidenceCard | None:
         if diff is None:
             return None
         card = EvidenceCard(diff, {env.artifact_id: rollout.version}, None, advantage, [task])
+        env.governor.spend(env.usage.total_tokens)
+        card.allocated = env.governor.candidate_worth(pre_spend_context(card, env.blast_radius))
+        if not card.allocated:
+            env.counters.add("not_allocated")
         if env.config.self_verify:
-            env.governor.spend(env.usage.total_tokens)
-            if env.governor.candidate_worth(pre_spend_context(card, env.blast_radius)):
+            if card.allocated:
                 patched = env.strategy.render(diff.apply(rollout.state))
                 out = env.call(env.solve, patched, task,
                                what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",

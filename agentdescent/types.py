@@ -298,6 +298,9 @@ class EvidenceCard:
         cost_tokens: tokens spent producing the card.
         self_verified: the self-verify rollout actually ran (so ``before_after_delta`` is
             a measurement, not the 0.0 a skipped self-verify records).
+        allocated: the budget governor judged the candidate worth its optional spend
+            (its self-verify and its held-out evaluation); a candidate none of whose cards
+            is allocated is not evaluated, so not committed. Always True without a budget.
     """
 
     diff: Diff
@@ -307,6 +310,7 @@ class EvidenceCard:
     trajectory_refs: list[Task] = field(default_factory=list)
     cost_tokens: int = 0
     self_verified: bool = False
+    allocated: bool = True
 
 
 class MergeOutcome(str, enum.Enum):
