@@ -9,6 +9,8 @@ evaluator it makes the same decisions.
 The path of one decision reads straight through: `Aggregator._prepare` (no
 held-out spend) -> `Aggregator._measure` (the held-out evaluation) ->
 `Aggregator._decide` (acceptance, oracle, CAS, and exactly one allocator report).
+`Aggregator._settle` books a decision once it has ended: counters, the eta histogram
+and the evidence pool, which later decisions draw on (`AggregatorConfig.pool_draw`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,17 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .acceptance import AcceptanceDecision, decide_acceptance
+from .acceptance import (
+    AcceptanceDecision,
+    decide_acceptance,
+    evaluation_order,
+    required_gain,
+    required_probability,
+    sequential_verdict,
+)
 from .allocator import AllocatorPolicy, pre_spend_context
 from .fusion import rank_cards, resolve_conflicts, union_diff, union_members
 from .governance import ArtifactInfo, Layer, classify
@@ -34,6 +43,7 @@ from .types import (
     MergeOutcome,
     MergeReport,
     Task,
+    stable_hash,
     vv_staleness,
 )
 
@@ -73,6 +83,17 @@ class Evaluator(Protocol):
         """
         return None
 
+    def held_out_subset(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> Sequence[float]:
+        """Per-task rewards of ``state`` on the held-out tasks at ``indices`` (one batch).
+
+        The sequential evaluation asks for a candidate's held-out scores batch by batch
+        and stops once its decision is settled. The default scores the whole held-out set
+        and picks the batch out (correct, but saving nothing); an evaluator that can score
+        single tasks should override it, as the engines' evaluator does.
+        """
+        scores = self.held_out(artifact_id, state)
+        return [scores[i] for i in indices]
+
 
 @dataclass(frozen=True)
 class AggregatorConfig:
@@ -91,7 +112,33 @@ class AggregatorConfig:
         fusion_requires_evidence: keep a survivor out of a union when its self-verify ran
             and measured no gain while a partner's measured a gain (so a wrong but
             neutral-looking diff cannot ride in on its partners' evidence).
-        evidence_pool_size: discarded cards kept for later inspection.
+        evidence_pool_size: cards the evidence pool keeps (discarded, conflict-dropped or
+            set aside); the oldest entry is evicted first.
+        pool_draw: pooled cards re-tried per artifact per step, oldest first, beside the
+            step's new cards and through the same pipeline (0 turns drawing off: the pool
+            is then only a record). See `Aggregator.step` for which cards qualify. Counted
+            in `Aggregator.counters`: ``pool_drawn``, ``pool_committed`` (of those, in a
+            commit), ``pool_recovered`` (of those, first counted as stale discards),
+            ``pool_returned`` (back in the pool) and ``pool_dropped`` (measured, rejected).
+        self_verify_counts: let the self-verify delta count as acceptance evidence (the
+            rule before 0.2). Off by default: a candidate commits only on a held-out gain.
+            On, a candidate whose held-out scores equal the head's can commit on one lucky
+            re-run of its proposing task, which with a weak model proposing commits junk
+            (see `agentdescent.acceptance.decide_acceptance`); it also turns ``sequential``
+            off.
+        sequential: evaluate a candidate's held-out set in batches and stop as soon as
+            the decision is settled (`agentdescent.acceptance.sequential_verdict`): exact
+            curtailment, then the futility test. A candidate is only ever accepted on its
+            full held-out scores. False scores every task of every candidate.
+        eval_batch: held-out tasks per batch (None: ``max(4, ceil(n / 8))`` of ``n``).
+        futility: the futility test's error budget, in [0, 1): the chance, under its
+            model, of stopping a candidate the full evaluation would accept. 0 keeps only
+            exact curtailment (decisions identical to full evaluation).
+        min_eval_fraction: share of the held-out set scored before the futility test may
+            stop an evaluation (exact curtailment may stop it at any batch).
+        pool_retries: how many times one pooled card may be re-tried; a re-tried card that
+            is discarded or set aside again goes back to the pool one retry older, one
+            that commits (or is measured and rejected) leaves it.
     """
 
     base_delta: float = 0.5
@@ -104,6 +151,13 @@ class AggregatorConfig:
     max_regressions: int | None = 0
     evidence_pool_size: int = 256
     fusion_requires_evidence: bool = True
+    pool_draw: int = 2
+    pool_retries: int = 1
+    self_verify_counts: bool = False
+    sequential: bool = True
+    eval_batch: int | None = None
+    futility: float = 0.05
+    min_eval_fraction: float = 0.25
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.base_delta) and 0.0 < self.base_delta <= 0.5):
@@ -116,6 +170,21 @@ class AggregatorConfig:
                 raise ValueError(f"{name}={getattr(self, name)!r}: use an integer >= 1")
         if self.max_regressions is not None and self.max_regressions < 0:
             raise ValueError(f"max_regressions={self.max_regressions!r}: use a count >= 0 or None")
+        if self.eval_batch is not None and (
+            isinstance(self.eval_batch, bool) or not isinstance(self.eval_batch, int) or self.eval_batch < 1
+        ):
+            raise ValueError(f"eval_batch={self.eval_batch!r}: use an integer >= 1, or None for max(4, n/8)")
+        if not (isinstance(self.futility, (int, float)) and 0.0 <= self.futility < 1.0):
+            raise ValueError(f"futility={self.futility!r}: use an error budget in [0, 1) (0: exact curtailment only)")
+        if not (isinstance(self.min_eval_fraction, (int, float)) and 0.0 <= self.min_eval_fraction <= 1.0):
+            raise ValueError(f"min_eval_fraction={self.min_eval_fraction!r}: use a fraction in [0, 1]")
+        for name, low, hint in (
+            ("pool_draw", 0, "0 turns drawing on the evidence pool off"),
+            ("pool_retries", 1, "to never re-try pooled cards, set pool_draw=0"),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}={value!r}: use an integer >= {low} ({hint})")
 
 
 @dataclass
@@ -137,20 +206,53 @@ class _Prepared:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _PoolEntry:
+    """A card in the evidence pool and what the pool remembers of it.
+
+    Args:
+        card: the original card (its ``base_version`` is kept, so staleness on a re-try
+            is measured from where the diff was built).
+        retries: times it has been drawn and came back.
+        rejected_on: the head version whose rebase re-verification rejected it, if that
+            is why it is here (a deterministic evaluator would say the same again there).
+        stale: it was counted as a stale discard when it arrived (so a later commit of
+            it recovers a rollout counted as wasted: the ``pool_recovered`` counter).
+    """
+
+    card: EvidenceCard
+    retries: int = 0
+    rejected_on: int | None = None
+    stale: bool = False
+
+
 @dataclass
 class _Intake:
-    """What one decision will book once it has ended (see ``Aggregator._settle``)."""
+    """What one decision will book once it has ended (see ``Aggregator._settle``).
 
+    ``etas``, ``rebased``, ``rebase_rejected``, ``set_aside`` and ``discarded_stale`` (on
+    the report) describe the step's new cards only; what happened to the cards drawn from
+    the pool is booked under the ``pool_*`` counters, so every worker card is counted once.
+    """
+
+    head_version: int = 0
     etas: list[int] = field(default_factory=list)
+    rebased: int = 0
+    rebase_rejected: int = 0
     pooled: list[EvidenceCard] = field(default_factory=list)
     set_aside: list[EvidenceCard] = field(default_factory=list)
+    rejected: list[EvidenceCard] = field(default_factory=list)  # failed the rebase check
+    stale: list[EvidenceCard] = field(default_factory=list)  # new cards counted in discarded_stale
+    drawn: list[_PoolEntry] = field(default_factory=list)
+    contributors: list[EvidenceCard] = field(default_factory=list)  # of the measured candidate
 
 
 @dataclass
 class _Measurement:
-    candidate_scores: list[float]
+    candidate_scores: list[float]  # every task's when accepted; the scored ones otherwise
     head_scores: list[float]
     acceptance: AcceptanceDecision
+    scored: int = 0  # held-out tasks of the candidate actually scored
 
 
 class Aggregator:
@@ -197,7 +299,8 @@ class Aggregator:
         self._lock = threading.Lock()
         self._pending: list[EvidenceCard] = []
         self._head_scores: dict[tuple[str, int], list[float]] = {}
-        self.evidence_pool: collections.deque[EvidenceCard] = collections.deque(
+        self._needed_gain: dict[tuple[str, int], float] = {}
+        self._pool: collections.deque[_PoolEntry] = collections.deque(
             maxlen=self.config.evidence_pool_size
         )
         self.eta_histogram: collections.Counter[int] = collections.Counter()
@@ -248,6 +351,17 @@ class Aggregator:
         with self._lock:
             return len(self._pending)
 
+    @property
+    def evidence_pool(self) -> tuple[EvidenceCard, ...]:
+        """The pooled cards, oldest first (a snapshot; read it from the merging thread).
+
+        Cards the staleness filter discarded, the weaker sides of contradictions and
+        survivors set aside by fusion. Later steps re-try some of them
+        (`AggregatorConfig.pool_draw`); a card stays listed after its retries are used
+        up, until newer entries evict it (`AggregatorConfig.evidence_pool_size`).
+        """
+        return tuple(entry.card for entry in self._pool)
+
     def head_scores(self, artifact_id: str) -> list[float]:
         """Held-out scores of the current head (cached per version)."""
         version, state = self.ledger.head(artifact_id)
@@ -269,8 +383,30 @@ class Aggregator:
     def step(self) -> list[MergeReport]:
         """Merge every pending card: one `MergeReport` per artifact with cards.
 
+        Each artifact merged also re-tries up to `AggregatorConfig.pool_draw` cards from
+        the evidence pool: that artifact's pooled cards, oldest first, that have been
+        re-tried fewer than `AggregatorConfig.pool_retries` times, whose diff is not
+        already in the head, that write no key a card of the batch writes (the step's new
+        cards, or a card drawn before them: fresher evidence for a key wins, and drawn
+        cards never contradict each other), that the staleness policy would not discard
+        outright (eta is measured from the card's original ``base_version``, so a card
+        only grows staler), and that did not fail the rebase re-verification on the very
+        head version it would be re-verified on. The drawn cards join the new ones
+        (after them) and go through the same pipeline: staleness, conflicts, fusion,
+        acceptance, the oracle gate, CAS. Nothing bypasses acceptance. They count in the
+        report's ``considered``; the eta histogram, ``discarded_stale``, ``rebased``,
+        ``rebase_rejected`` and ``set_aside`` count each worker card once, on arrival, and
+        what became of a drawn card is counted under ``pool_*`` (`AggregatorConfig.pool_draw`).
+
+        An artifact with pooled cards but no new ones is not merged: a step in which
+        nothing arrived for an artifact spends nothing on it, the runtimes keep their
+        one report per artifact with cards, and the re-tries stay paced by the workers'
+        progress in both runtimes alike (the sync runtime steps once per round, the async
+        one once per sweep).
+
         If the evaluator or the ledger raises, the cards of the artifact being merged
-        go back to the queue (nothing is lost) and the error propagates.
+        go back to the queue and the pool is left as it was (nothing is lost or counted
+        twice), and the error propagates.
         """
         with self._lock:
             cards, self._pending = self._pending, []
@@ -291,11 +427,28 @@ class Aggregator:
 
     def _merge(self, artifact_id: str, cards: list[EvidenceCard]) -> MergeReport:
         intake = _Intake()
+        # A card the budget governor judged not worth its optional spend is not evaluated
+        # at all (not even on the cheap subset), so it cannot be committed; it keeps its
+        # evidence in the pool, and nothing is measured or reported to the allocator.
+        skipped = [c for c in cards if not c.allocated]
+        if skipped:
+            self.counters["not_evaluated"] += len(skipped)
+            intake.set_aside.extend(skipped)
+            cards = [c for c in cards if c.allocated]
+            if not cards:
+                report = MergeReport(
+                    artifact_id, MergeOutcome.BELOW_THRESHOLD, considered=len(skipped),
+                    reason=f"not evaluated: the budget governor judged {len(skipped)} card(s) "
+                    "not worth their held-out evaluation",
+                )
+                self._settle(intake, report)
+                return report
         prepared = self._prepare(artifact_id, cards, intake)
         if isinstance(prepared, MergeReport):
             self._settle(intake, prepared)
             logger.debug("merge %s: %s (%s)", artifact_id, prepared.outcome.value, prepared.reason)
             return prepared
+        intake.contributors = list(prepared.contributors)
         measurement = self._measure(prepared)
         report = self._decide(prepared, measurement)
         self._settle(intake, report)
@@ -308,21 +461,90 @@ class Aggregator:
         """Book a finished decision: counters, the eta histogram, the evidence pool.
 
         Done only once the decision has ended, so a step that fails and is retried never
-        pools or counts a card twice.
+        pools, draws or counts a card twice. A drawn card leaves the pool here: it comes
+        back one retry older if it was discarded or set aside again, and not at all if it
+        was measured (committed, or rejected on held-out evidence, like a new card).
         """
         self.counters[report.outcome.value] += 1
         self.counters["discarded_stale"] += report.discarded_stale
+        self.counters["rebased"] += intake.rebased
+        self.counters["rebase_rejected"] += intake.rebase_rejected
         self.eta_histogram.update(intake.etas)
-        self.evidence_pool.extend(intake.pooled)
+        drawn = {id(entry.card): entry for entry in intake.drawn}
+        if drawn:
+            kept = [entry for entry in self._pool if id(entry.card) not in drawn]
+            self._pool = collections.deque(kept, maxlen=self.config.evidence_pool_size)
+        rejected = {id(card) for card in intake.rejected}
+        stale = {id(card) for card in intake.stale}
         # Survivors that lost to a better single keep their evidence in the pool too
         # (counted apart: they were not judged, only outranked).
-        self.evidence_pool.extend(intake.set_aside)
-        self.counters["set_aside"] += len(intake.set_aside)
+        returned = 0
+        for card in (*intake.pooled, *intake.set_aside):
+            prior = drawn.get(id(card))
+            returned += prior is not None
+            self._pool.append(_PoolEntry(
+                card,
+                retries=prior.retries + 1 if prior is not None else 0,
+                rejected_on=intake.head_version if id(card) in rejected else None,
+                stale=prior.stale if prior is not None else id(card) in stale,
+            ))
+        self.counters["set_aside"] += sum(id(card) not in drawn for card in intake.set_aside)
+        if drawn:
+            committed = []
+            if report.outcome is MergeOutcome.COMMITTED:
+                committed = [drawn[id(card)] for card in intake.contributors if id(card) in drawn]
+            self.counters["pool_drawn"] += len(drawn)
+            self.counters["pool_committed"] += len(committed)
+            self.counters["pool_recovered"] += sum(entry.stale for entry in committed)
+            self.counters["pool_returned"] += returned
+            self.counters["pool_dropped"] += len(drawn) - len(committed) - returned
 
     # ------------------------------------------------------------------ prepare
 
+    def _draw(
+        self,
+        artifact_id: str,
+        version: int,
+        head_state: Mapping[str, str],
+        head_versions: Mapping[str, int],
+        alpha: int,
+        batch: Sequence[EvidenceCard],
+    ) -> tuple[list[_PoolEntry], dict[int, StaleAction]]:
+        """Choose the pooled cards this decision re-tries (see `step`); reads the pool, never changes it.
+
+        Returns:
+            The drawn entries, oldest first, and the staleness action of each drawn card
+            (keyed by ``id(card)``), so the policy decides once per card per decision.
+        """
+        cfg = self.config
+        drawn: list[_PoolEntry] = []
+        actions: dict[int, StaleAction] = {}
+        if cfg.pool_draw == 0:
+            return drawn, actions
+        taken = {key for c in batch for key in c.diff.ops}
+        for entry in self._pool:
+            if len(drawn) >= cfg.pool_draw:
+                break
+            diff = entry.card.diff
+            if (
+                diff.target != artifact_id
+                or entry.retries >= cfg.pool_retries
+                or entry.rejected_on == version
+                or not taken.isdisjoint(diff.ops)
+                or diff.is_noop(head_state)
+            ):
+                continue
+            eta = vv_staleness(head_versions, entry.card.base_version)
+            action = self.staleness_policy.decide(eta, alpha, diff.contract_breaking)
+            if action is StaleAction.DISCARD:
+                continue
+            drawn.append(entry)
+            actions[id(entry.card)] = action
+            taken.update(diff.ops)
+        return drawn, actions
+
     def _prepare(
-        self, artifact_id: str, cards: list[EvidenceCard], intake: _Intake
+        self, artifact_id: str, new_cards: list[EvidenceCard], intake: _Intake
     ) -> _Prepared | MergeReport:
         """Trust region, staleness, conflicts and fusion: everything before the held-out spend."""
         cfg = self.config
@@ -330,6 +552,12 @@ class Aggregator:
         blast = self._blast_radius(artifact_id)
         layer = self._layer(artifact_id)
         alpha = self._alpha(layer)
+        head_versions = self.ledger.versions()
+        intake.head_version = version
+        intake.drawn, drawn_actions = self._draw(
+            artifact_id, version, head_state, head_versions, alpha, new_cards
+        )
+        cards = [*new_cards, *(entry.card for entry in intake.drawn)]
         considered = len(cards)
 
         in_region = [
@@ -361,35 +589,44 @@ class Aggregator:
                 self.counters["cheap_evals"] += 1
             return head_cheap[0]
 
-        head_versions = self.ledger.versions()
         survivors: list[EvidenceCard] = []
         discarded = 0
         already = 0
         for card in in_region:
-            eta = vv_staleness(head_versions, card.base_version)
-            intake.etas.append(eta)
-            action = self.staleness_policy.decide(eta, alpha, card.diff.contract_breaking)
-            if action is StaleAction.DISCARD:
+            retried = id(card) in drawn_actions
+            if retried:
+                action = drawn_actions[id(card)]
+            else:
+                eta = vv_staleness(head_versions, card.base_version)
+                intake.etas.append(eta)
+                action = self.staleness_policy.decide(eta, alpha, card.diff.contract_breaking)
+            if action is StaleAction.DISCARD:  # never a drawn card: `_draw` skips those
                 discarded += 1
+                intake.stale.append(card)
                 intake.pooled.append(card)
                 continue
             if card.diff.is_noop(head_state):
                 already += 1
                 continue
             if action is StaleAction.REBASE:
-                self.counters["rebased"] += 1
+                intake.rebased += not retried
                 if not self._still_helps(artifact_id, head_state, card, cheap_with, cheap_head):
-                    discarded += 1
-                    self.counters["rebase_rejected"] += 1
+                    if not retried:
+                        discarded += 1
+                        intake.rebase_rejected += 1
+                        intake.stale.append(card)
+                    intake.rejected.append(card)
                     intake.pooled.append(card)
                     continue
             survivors.append(card)
+        retried_note = f"{len(intake.drawn)} re-tried from the pool" if intake.drawn else ""
         if not survivors:
             return MergeReport(
                 artifact_id, MergeOutcome.ALL_STALE, considered=considered,
                 discarded_stale=discarded,
                 reason=f"no diff survived: {discarded} stale, {already} already in the head, "
-                f"{oversized} oversized (policy {self.staleness_policy.name}, alpha={alpha})",
+                f"{oversized} oversized (policy {self.staleness_policy.name}, alpha={alpha})"
+                + (f"; {retried_note}, none survived again" if retried_note else ""),
             )
 
         survivors, dropped = resolve_conflicts(survivors, cheap_with)
@@ -397,6 +634,8 @@ class Aggregator:
         notes = []
         if oversized:
             notes.append(f"{oversized} oversized")
+        if retried_note:
+            notes.append(retried_note)
         members = union_members(survivors) if cfg.fusion_requires_evidence else list(survivors)
         if len(members) == 1:
             chosen, fused, contributors = members[0].diff, False, members
@@ -470,29 +709,75 @@ class Aggregator:
     # ------------------------------------------------------------------ measure
 
     def _measure(self, prepared: _Prepared) -> _Measurement:
-        """Score the candidate and the head on the full held-out set and run the test."""
-        head_scores = self._scores_of_head(
-            prepared.artifact_id, prepared.head_version, prepared.head_state
-        )
+        """Score the candidate on the held-out set (sequentially by default) and run the test.
+
+        The head's scores are cached per version. With ``sequential`` the candidate's tasks
+        are scored in batches in `agentdescent.acceptance.evaluation_order` (seeded by the
+        head version and the diff, so a decision repeats bit for bit) and the evaluation
+        stops once `agentdescent.acceptance.sequential_verdict` settles it; only a full
+        evaluation can accept.
+        """
+        cfg = self.config
+        aid = prepared.artifact_id
+        head_scores = self._scores_of_head(aid, prepared.head_version, prepared.head_state)
         candidate_state = prepared.candidate.apply(prepared.head_state)
-        cand_scores = [
-            float(s) for s in self.evaluator.held_out(prepared.artifact_id, candidate_state)
-        ]
+        n = len(head_scores)
         self.counters["held_out_evals"] += 1
         deltas = [
             c.before_after_delta for c in prepared.contributors
             if c.before_after_delta is not None and math.isfinite(c.before_after_delta)
         ]
         sv_delta = sum(deltas) / len(deltas) if deltas else None
-        decision = decide_acceptance(
-            cand_scores,
-            head_scores,
-            prepared.head_version,
-            base_delta=self.config.base_delta,
-            self_verify_delta=sv_delta,
-            max_regressions=self.config.max_regressions,
+        if not cfg.sequential or cfg.self_verify_counts:
+            cand = [float(x) for x in self.evaluator.held_out(aid, candidate_state)]
+            self.counters["held_out_tasks_scored"] += n
+            return _Measurement(cand, head_scores, self._full_decision(cand, head_scores, prepared, sv_delta), n)
+        seed = stable_hash(aid, prepared.head_version, sorted(prepared.candidate.ops.items()))
+        order = evaluation_order(head_scores, seed)
+        batch = cfg.eval_batch or max(4, math.ceil(n / 8))
+        key = (aid, prepared.head_version)
+        if key not in self._needed_gain:
+            self._needed_gain[key] = required_gain(head_scores, prepared.head_version, cfg.base_delta)
+        observed: dict[int, float] = {}
+        verdict = None
+        for start in range(0, n, batch):
+            indices = order[start:start + batch]
+            scores = self.evaluator.held_out_subset(aid, candidate_state, indices)
+            observed.update(zip(indices, (float(x) for x in scores)))
+            if len(observed) == n:
+                break
+            verdict = sequential_verdict(
+                head_scores, observed, prepared.head_version, base_delta=cfg.base_delta,
+                max_regressions=cfg.max_regressions, futility=cfg.futility,
+                min_observed=math.ceil(cfg.min_eval_fraction * n), needed_gain=self._needed_gain[key],
+            )
+            if verdict.settled:
+                break
+        self.counters["held_out_tasks_scored"] += len(observed)
+        if len(observed) == n:
+            cand = [observed[i] for i in range(n)]
+            return _Measurement(cand, head_scores, self._full_decision(cand, head_scores, prepared, sv_delta), n)
+        assert verdict is not None and verdict.settled
+        self.counters["held_out_tasks_saved"] += n - len(observed)
+        self.counters["futility_stops" if not verdict.exact else "curtailed_stops"] += 1
+        scored = sorted(observed)
+        cand = [observed[i] for i in scored]
+        partial = decide_acceptance(cand, [head_scores[i] for i in scored], prepared.head_version,
+                                    base_delta=cfg.base_delta, max_regressions=cfg.max_regressions)
+        decision = AcceptanceDecision(
+            False, partial.p_improve, required_probability(prepared.head_version, cfg.base_delta),
+            partial.regressions, partial.candidate_mean, partial.head_mean,
+            f"stopped after {len(observed)} of {n} held-out task(s): {verdict.reason}",
         )
-        return _Measurement(cand_scores, head_scores, decision)
+        return _Measurement(cand, head_scores, decision, len(observed))
+
+    def _full_decision(self, cand: list[float], head: list[float], prepared: _Prepared,
+                       sv_delta: float | None) -> AcceptanceDecision:
+        return decide_acceptance(
+            cand, head, prepared.head_version, base_delta=self.config.base_delta,
+            self_verify_delta=sv_delta, max_regressions=self.config.max_regressions,
+            self_verify_counts=self.config.self_verify_counts,
+        )
 
     # ------------------------------------------------------------------ decide
 
@@ -530,7 +815,7 @@ class Aggregator:
                 report.outcome = MergeOutcome.COMMITTED
                 report.committed_version = version
                 report.reason = acc.reason + suffix
-        self._feedback(prepared, report.outcome is MergeOutcome.COMMITTED)
+        self._feedback(prepared, report)
         return report
 
     def _commit(self, prepared: _Prepared, measurement: _Measurement) -> int | None:
@@ -572,9 +857,17 @@ class Aggregator:
             return version
         return None
 
-    def _feedback(self, prepared: _Prepared, committed: bool) -> None:
+    def _feedback(self, prepared: _Prepared, report: MergeReport) -> None:
+        """Report one measured outcome to the allocator: the attributable card's pre-spend
+        context, with the audit fields filled in after the fact (the model never reads them)."""
         if self.allocator is None:
             return
-        ctx = pre_spend_context(prepared.attributable, prepared.blast_radius)
-        self.allocator.observe(ctx, committed)
+        card = prepared.attributable
+        ctx = replace(
+            pre_spend_context(card, prepared.blast_radius),
+            before_after_delta=card.before_after_delta,
+            p_improve=report.p_improve,
+            stable_distance=float(prepared.head_version - card.base_version.get(prepared.artifact_id, prepared.head_version)),
+        )
+        self.allocator.observe(ctx, report.outcome is MergeOutcome.COMMITTED)
         self.counters["allocator_observations"] += 1

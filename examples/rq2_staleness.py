@@ -4,6 +4,8 @@ Run from the repository root::
 
     python -m examples.rq2_staleness              # seed 0, target 0.95
     python -m examples.rq2_staleness --seed 1 --target 1.0
+    python -m examples.rq2_staleness --pool-draw 0    # without drawing on the evidence pool
+    python -m examples.rq2_staleness --compare-pool   # every run with and without the pool
 
 Eight workers evolve the router skill (the offline reference domain) in synchronous
 rounds. With ``refresh_interval=N`` a worker re-reads the head only every N rounds
@@ -14,13 +16,21 @@ the skill has blast radius 0.2, so ``classify()`` makes it L2 and alpha is
 rebased and re-verified on the current head, a card beyond alpha is discarded. The
 second table runs the three policies at the default alpha (``alpha_tail=1``).
 
+Every run draws on the evidence pool as ``--pool-draw N`` says
+(``AggregatorConfig(pool_draw=N)``, the library default unless given; 0 turns it off).
+``--compare-pool`` runs every configuration of both tables twice, with ``--pool-draw``
+and with 0, and prints the two sides next to each other.
+
 Runs use ``max_concurrency=1``, so they repeat bit for bit. Columns: final held-out
 reward; rollouts; rollouts to reach the target (cumulative rollouts up to the first
 round whose held-out reward is >= target, ``-`` if never); stale discarded (cards the
 staleness filter dropped: beyond alpha, or rebased but no longer helping); of which
 rebase-rejected; wasted rollouts (rollouts whose card was discarded, the async
-engine's definition, here computed from the history); commits; forced refreshes
-(always 0 here: the stall guard belongs to the async runtime); wall-clock.
+engine's definition, here computed from the history, less the discarded cards that a
+later step drew from the pool and committed after all); commits; forced refreshes
+(always 0 here: the stall guard belongs to the async runtime); evaluation rollouts
+(held-out, cheap and rebase re-verification rollouts, what the merges cost); pooled
+cards drawn and, of those, committed; wall-clock.
 """
 
 from __future__ import annotations
@@ -34,7 +44,8 @@ from agentdescent import AggregatorConfig, EvolutionResult, evolve
 from agentdescent.domains.router import RouterDomain
 
 COLUMNS = ["final reward", "rollouts", "to target", "stale discarded", "rebase-rejected",
-           "wasted rollouts", "commits", "forced refreshes", "wall s"]
+           "wasted rollouts", "commits", "forced refreshes", "eval rollouts", "pool drawn",
+           "pool committed", "wall s"]
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], text_columns: int = 1) -> str:
@@ -65,9 +76,15 @@ def measure(result: EvolutionResult, target: float, wall: float) -> dict[str, An
         "to_target": rollouts_to_target(result, target),
         "stale": stale,
         "rebase_rejected": c.get("merge_rebase_rejected", 0),
-        "wasted": c.get("wasted_rollouts", stale),
+        "wasted": c.get("wasted_rollouts", stale) - c.get("merge_pool_recovered", 0),
         "commits": result.committed,
         "forced": result.forced_refreshes,
+        "eval_rollouts": c.get("eval_rollouts", 0),
+        "pool_drawn": c.get("merge_pool_drawn", 0),
+        "pool_committed": c.get("merge_pool_committed", 0),
+        "pool_recovered": c.get("merge_pool_recovered", 0),
+        "pool_returned": c.get("merge_pool_returned", 0),
+        "pool_dropped": c.get("merge_pool_dropped", 0),
         "wall": wall,
         "eta": c.get("eta_histogram", {}),
         "stop_reason": result.stop_reason,
@@ -77,22 +94,69 @@ def measure(result: EvolutionResult, target: float, wall: float) -> dict[str, An
 
 def cells(m: dict[str, Any]) -> list[Any]:
     """A measurement as table cells, in :data:`COLUMNS` order."""
-    return [f"{m['final']:.3f}", m["rollouts"], "-" if m["to_target"] is None else m["to_target"],
-            m["stale"], m["rebase_rejected"], m["wasted"], m["commits"], m["forced"],
-            f"{m['wall']:.2f}"]
+    return [f"{m['final']:.3f}", m["rollouts"], _target(m), m["stale"], m["rebase_rejected"],
+            m["wasted"], m["commits"], m["forced"], m["eval_rollouts"], m["pool_drawn"],
+            m["pool_committed"], f"{m['wall']:.2f}"]
+
+
+def _target(m: dict[str, Any]) -> Any:
+    return "-" if m["to_target"] is None else m["to_target"]
 
 
 def run_sync(args: argparse.Namespace, refresh_interval: int, policy: str,
-             alpha_tail: int) -> dict[str, Any]:
-    """One deterministic sync run on a fresh domain."""
+             alpha_tail: int, pool_draw: int | None = None) -> dict[str, Any]:
+    """One deterministic sync run on a fresh domain (``pool_draw`` defaults to ``--pool-draw``)."""
     domain = RouterDomain(seed=args.seed, latency=args.latency)
+    config = AggregatorConfig(alpha_tail=alpha_tail,
+                              pool_draw=args.pool_draw if pool_draw is None else pool_draw)
     started = time.perf_counter()
     result = evolve(
         **domain.evolve_kwargs(), artifact_id="router", n_workers=args.workers,
         rounds=args.rounds, refresh_interval=refresh_interval, staleness_policy=policy,
-        agg_config=AggregatorConfig(alpha_tail=alpha_tail), seed=args.seed,
+        agg_config=config, seed=args.seed,
     )
     return measure(result, args.target, time.perf_counter() - started)
+
+
+def compare_pool(args: argparse.Namespace, configurations: Sequence[tuple[int, str, int]]) -> list[str]:
+    """Run every configuration with ``--pool-draw`` and with 0; print both sides. Returns the errors."""
+    header = ["refresh_interval", "policy", "alpha", "to target (pool / none)",
+              "wasted rollouts (pool / none)", "final reward (pool / none)",
+              "eval rollouts (pool / none)", "pool drawn", "pool committed"]
+    rows, failed = [], []
+    sooner = later = same_target = fewer_wasted = more_wasted = recovered = 0
+    evals = {"pool": 0, "none": 0}
+    pool = dict.fromkeys(("drawn", "committed", "recovered", "returned", "dropped"), 0)
+    for ri, policy, alpha in configurations:
+        with_pool = run_sync(args, ri, policy, alpha)
+        without = run_sync(args, ri, policy, alpha, pool_draw=0)
+        failed += [m["error"] for m in (with_pool, without) if m["error"]]
+        never = args.rounds * args.workers + 1
+        a, b = (m["to_target"] if m["to_target"] is not None else never for m in (with_pool, without))
+        sooner, later, same_target = sooner + (a < b), later + (a > b), same_target + (a == b)
+        recovered += with_pool["pool_committed"] > 0
+        fewer_wasted += with_pool["wasted"] < without["wasted"]
+        more_wasted += with_pool["wasted"] > without["wasted"]
+        evals["pool"] += with_pool["eval_rollouts"]
+        evals["none"] += without["eval_rollouts"]
+        for key in pool:
+            pool[key] += with_pool[f"pool_{key}"]
+        rows.append([ri, policy, alpha,
+                     f"{_target(with_pool)} / {_target(without)}",
+                     f"{with_pool['wasted']} / {without['wasted']}",
+                     f"{with_pool['final']:.3f} / {without['final']:.3f}",
+                     f"{with_pool['eval_rollouts']} / {without['eval_rollouts']}",
+                     with_pool["pool_drawn"], with_pool["pool_committed"]])
+    print(markdown_table(header, rows, text_columns=2))
+    extra = evals["pool"] / evals["none"] - 1 if evals["none"] else 0.0
+    print(f"\n{len(rows)} configurations: a pooled card committed in {recovered}; the pool reached "
+          f"the target sooner in {sooner}, later in {later}, at the same rollout in {same_target}; "
+          f"fewer wasted rollouts in {fewer_wasted}, more in {more_wasted}; evaluation rollouts "
+          f"{evals['pool']} against {evals['none']} ({extra:+.1%}). Pooled cards drawn "
+          f"{pool['drawn']}: committed {pool['committed']} (of which first discarded as stale: "
+          f"{pool['recovered']}), back in the pool {pool['returned']}, measured and rejected "
+          f"{pool['dropped']}.")
+    return failed
 
 
 def _ints(text: str, name: str, parser: argparse.ArgumentParser, low: int) -> list[int]:
@@ -117,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alphas", default="0,1,2,4,8", help="alpha_tail values (default 0,1,2,4,8)")
     parser.add_argument("--latency", type=float, default=0.0,
                         help="median simulated rollout latency in seconds (default 0: CPU only)")
+    default_draw = AggregatorConfig().pool_draw
+    parser.add_argument("--pool-draw", type=int, default=default_draw,
+                        help="pooled cards re-tried per merge, AggregatorConfig(pool_draw=...) "
+                        f"(default {default_draw}, the library default; 0 turns the pool off)")
+    parser.add_argument("--compare-pool", action="store_true",
+                        help="run every configuration with --pool-draw and with 0, side by side")
     args = parser.parse_args(argv)
     intervals = _ints(args.intervals, "--intervals", parser, 1)
     alphas = _ints(args.alphas, "--alphas", parser, 0)
@@ -124,9 +194,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--target must be in [0, 1]")
     if args.workers < 1 or args.rounds < 1 or args.latency < 0:
         parser.error("--workers and --rounds must be >= 1, --latency >= 0")
+    if args.pool_draw < 0:
+        parser.error(f"--pool-draw={args.pool_draw}: give an integer >= 0 (0 turns the pool off)")
+    if args.compare_pool and args.pool_draw == 0:
+        parser.error("--compare-pool compares --pool-draw N with 0: give N >= 1")
 
     print(f"router domain, seed {args.seed}, {args.workers} workers x {args.rounds} rounds, "
-          f"target {args.target}, max_concurrency=1 (deterministic)\n")
+          f"target {args.target}, pool_draw {args.pool_draw}, max_concurrency=1 (deterministic)\n")
+    if args.compare_pool:
+        configurations = [(ri, "guarded", alpha) for ri in intervals for alpha in alphas]
+        configurations += [(ri, policy, 1) for ri in intervals for policy in ("full", "reflective")]
+        print(f"With the evidence pool (pool_draw={args.pool_draw}) / without (pool_draw=0); "
+              "guarded with alpha swept, then full and reflective at alpha 1:\n")
+        failed = compare_pool(args, configurations)
+        if failed:
+            print(f"errors: {failed}")
+            return 1
+        return 0
     print("Guarded policy, alpha swept (alpha_tail; the skill is L2):\n")
     rows, failed = [], []
     for ri in intervals:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from agentdescent import (
     LedgerError,
     MergeOutcome,
     MergeReport,
+    Task,
     get_policy,
 )
 from agentdescent.aggregator import Aggregator, AggregatorConfig, Evaluator
@@ -80,6 +82,19 @@ class TableEvaluator(Evaluator):
         return sum(t in solved for t in CHEAP) / len(CHEAP)
 
 
+class VerifyingEvaluator(TableEvaluator):
+    """A `TableEvaluator` with the rebase re-verification hook (as the engines' evaluator has).
+
+    A rebased card is re-run on its prompting tasks (``trajectory_refs``, named like the
+    held-out tasks), so a card that solves held-out tasks the head lacks still helps even
+    when the cheap subset cannot see it.
+    """
+
+    def verify(self, artifact_id: str, state: Mapping[str, str], tasks: Sequence[Task]) -> Sequence[float]:
+        solved = self.solved(state)
+        return [1.0 if t.id in solved else 0.0 for t in tasks]
+
+
 class RecordingAllocator(AllocatorPolicy):
     """An allocator that records every ``observe(ctx, committed)`` call."""
 
@@ -131,10 +146,13 @@ def card(
     advantage: float | None = 0.0,
     target: str = ART,
     breaking: bool = False,
+    refs: Sequence[str] = (),
+    verified: bool = False,
 ) -> EvidenceCard:
     base_version = dict(base) if isinstance(base, Mapping) else {target: base}
     diff = Diff(f"d{next(_ids)}", target, dict(ops), contract_breaking=breaking, author="w")
-    return EvidenceCard(diff, base_version, delta, advantage)
+    return EvidenceCard(diff, base_version, delta, advantage, [Task(r, r) for r in refs],
+                        self_verified=verified)
 
 
 def make(
@@ -144,12 +162,13 @@ def make(
     ledger: Any = None,
     policy: str | None = None,
     artifacts: Mapping[str, float] | None = None,
+    evaluator: TableEvaluator | None = None,
     **kwargs: Any,
 ) -> tuple[Any, Aggregator, TableEvaluator, RecordingAllocator]:
     ledger = ledger if ledger is not None else MemoryLedger()
     for aid, radius in (artifacts or {ART: blast}).items():
         ledger.register(aid, {}, radius)
-    evaluator = TableEvaluator()
+    evaluator = evaluator if evaluator is not None else TableEvaluator()
     allocator = RecordingAllocator()
     agg = Aggregator(
         ledger,
@@ -198,6 +217,7 @@ def test_default_config_matches_the_issue():
     assert (cfg.base_delta, cfg.alpha_head, cfg.alpha_tail) == (0.5, 5, 1)
     assert (cfg.trust_region_ops, cfg.trust_region_chars, cfg.cas_attempts) == (6, 32000, 3)
     assert cfg.fusion_tournament is False
+    assert (cfg.pool_draw, cfg.pool_retries) == (2, 1)
     _, agg, _, _ = make()
     assert agg.staleness_policy.name == "guarded"
 
@@ -205,7 +225,8 @@ def test_default_config_matches_the_issue():
 @pytest.mark.parametrize(
     "kwargs",
     [{"base_delta": 0.0}, {"base_delta": 0.7}, {"alpha_head": -1}, {"cas_attempts": 0},
-     {"trust_region_ops": 0}, {"max_regressions": -1}],
+     {"trust_region_ops": 0}, {"max_regressions": -1}, {"pool_draw": -1}, {"pool_draw": 1.5},
+     {"pool_retries": 0}],
 )
 def test_bad_config_is_refused_naming_the_knob(kwargs):
     (name,) = kwargs
@@ -440,6 +461,242 @@ def test_staleness_is_measured_over_the_whole_version_vector():
     assert list(agg.evidence_pool) == [lagging]
 
 
+# --------------------------------------------------------------------------- drawing on the evidence pool
+
+# Two diffs that both solve the cheap task c1 and differ only on held-out tasks: in a
+# tournament the union ties the singles on the cheap score, so the better self-verify
+# claim (A) goes forward alone and B is set aside into the pool.
+TIE_A = effect("h2,h3,h4,c1", nonce="A")
+TIE_B = effect("h5,h6,h7,c1", nonce="B")
+
+
+def _set_aside_b(pool_draw: int = 2) -> tuple[Any, Aggregator, VerifyingEvaluator, RecordingAllocator, EvidenceCard]:
+    """Step 1: A commits (v2) and B, which still helps on its own tasks, is pooled."""
+    cfg = AggregatorConfig(fusion_tournament=True, pool_draw=pool_draw)
+    ledger, agg, ev, alloc = make(config=cfg, evaluator=VerifyingEvaluator())
+    b = card({"kb": TIE_B}, delta=0.1, advantage=-0.7, refs=["h5"])
+    report = step_one(agg, card({"ka": TIE_A}, delta=0.3, refs=["h2"]), b)
+    assert report.outcome is MergeOutcome.COMMITTED and not report.fused
+    assert agg.evidence_pool == (b,)
+    assert agg.counters["set_aside"] == 1
+    return ledger, agg, ev, alloc, b
+
+
+@pytest.mark.parametrize("pool_draw", [2, 0])
+def test_a_pooled_card_is_retried_next_step_and_commits_when_it_still_helps(pool_draw):
+    ledger, agg, _, alloc, b = _set_aside_b(pool_draw)
+    # Step 2 brings only a neutral card. B, now one version stale, is rebased, re-verified
+    # on its prompting task (the head lacks h5) and wins the tournament on its own.
+    neutral = card({"kn": NEUTRAL}, base=2, delta=None)
+    report = step_one(agg, neutral)
+    if pool_draw == 0:  # the old behaviour: the pool is a record, the neutral card fails
+        assert report.outcome is MergeOutcome.BELOW_THRESHOLD
+        assert agg.evidence_pool == (b,)
+        assert "pool_drawn" not in agg.counters
+        return
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert report.accepted == b.diff and not report.fused
+    assert report.considered == 2 and "1 re-tried from the pool" in report.reason
+    assert ledger.head(ART) == (3, {"ka": TIE_A, "kb": TIE_B})
+    assert (agg.counters["pool_drawn"], agg.counters["pool_committed"]) == (1, 1)
+    assert agg.counters["pool_recovered"] == 0  # B was set aside, never counted as stale
+    assert agg.counters["rebased"] == 0  # the staleness counters describe new cards only
+    assert agg.evidence_pool == (neutral,)  # B left the pool; the outranked card went in
+    # one observation per decision; the second is attributed to B's own card
+    assert [(ctx.advantage, committed) for ctx, committed in alloc.calls] == [(0.0, True), (-0.7, True)]
+
+
+def test_an_artifact_without_new_cards_draws_nothing():
+    _, agg, ev, alloc, b = _set_aside_b()
+    calls = (ev.held_out_calls, ev.cheap_calls)
+    assert agg.step() == []
+    assert (ev.held_out_calls, ev.cheap_calls) == calls
+    assert agg.evidence_pool == (b,)
+    assert "pool_drawn" not in agg.counters and len(alloc.calls) == 1
+
+
+def test_a_stale_discarded_card_is_retried_once_the_head_has_moved_and_commits():
+    ledger, agg, _, alloc = make(config=AggregatorConfig(alpha_tail=2))
+    ledger.commit(ART, {"kx": effect("", "c1", nonce="breaker")}, 1)  # head v2 breaks c1
+    stale = card({"ka": effect("h2,h3,h4,c1", nonce="S")}, base=1)
+    # step 1: one version stale, rebased, no cheap gain while c1 is broken: discarded
+    report = step_one(agg, stale)
+    assert report.outcome is MergeOutcome.ALL_STALE and report.discarded_stale == 1
+    assert agg.evidence_pool == (stale,)
+    # step 2, same head: re-verifying on the head that rejected it would say the same
+    report = step_one(agg, card({"kn": NEUTRAL}, base=2, delta=None))
+    assert report.outcome is MergeOutcome.BELOW_THRESHOLD
+    assert "pool_drawn" not in agg.counters
+    # another writer repairs c1 (head v3); step 3 re-tries the card from its original base
+    ledger.commit(ART, {"kx": effect("h9", nonce="fixed")}, 2)
+    fresh = card({"kb": GOOD_B}, base=3)
+    report = step_one(agg, fresh)
+    assert report.outcome is MergeOutcome.COMMITTED and report.fused
+    assert report.discarded_stale == 0
+    assert ledger.head(ART)[1] == {"kx": effect("h9", nonce="fixed"), "kb": GOOD_B, "ka": stale.diff.ops["ka"]}
+    assert ledger.history(ART)[-1].meta["contributors"] == [fresh.diff.diff_id, stale.diff.diff_id]
+    assert (agg.counters["pool_drawn"], agg.counters["pool_committed"]) == (1, 1)
+    assert agg.counters["pool_recovered"] == 1  # a rollout counted as wasted was not, after all
+    assert stale not in agg.evidence_pool
+    assert agg.counters["discarded_stale"] == agg.counters["rebase_rejected"] == 1
+    assert agg.eta_histogram == {1: 1, 0: 2}  # the re-try's eta (2) is not a new card's
+    assert [committed for _, committed in alloc.calls] == [False, True]
+
+
+def _move_head(ledger: Any) -> None:
+    version, state = ledger.head(ART)
+    ledger.commit(ART, {**state, f"other{version}": NEUTRAL}, version)
+
+
+@pytest.mark.parametrize("retries", [1, 2])
+def test_a_retried_card_that_no_longer_helps_is_not_retried_past_pool_retries(retries):
+    # P helps a little but breaks what Q fixes; Q wins the tournament, P is set aside.
+    cfg = AggregatorConfig(fusion_tournament=True, alpha_tail=8, pool_retries=retries)
+    ledger, agg, _, _ = make(config=cfg)
+    p = card({"kp": effect("c1", "c2,c3", nonce="P")}, delta=0.3)
+    q = card({"kq": effect("h2,h3,h4,c2,c3", nonce="Q"), "n1": NEUTRAL}, delta=0.1)
+    assert step_one(agg, p, q).accepted == q.diff
+    assert agg.evidence_pool == (p,)
+    for n in range(4):
+        step_one(agg, card({f"g{n}": effect(nonce=f"g{n}")}, base=ledger.head(ART)[0], delta=None))
+        _move_head(ledger)  # so the same-head rule never hides a re-try
+    assert agg.counters["pool_drawn"] == retries
+    assert agg.counters["pool_returned"] == retries
+    assert agg.counters["pool_committed"] == 0
+    assert all("kp" not in e.state for e in ledger.history(ART))
+    assert p in agg.evidence_pool  # still on record, never re-tried again
+
+
+def test_the_draw_takes_the_oldest_eligible_cards_up_to_pool_draw():
+    ledger, agg, _, _ = make()  # L2, alpha 1, pool_draw 2
+    _advance(ledger, 2)  # head v3
+    w_value = effect("h2,h3", nonce="W")
+    w = card({"kw": w_value}, base=3, delta=0.5, verified=True)
+
+    def no_gain(ops: Mapping[str, str]) -> EvidenceCard:  # self-verified, measured no gain
+        return card(ops, base=3, delta=0.0, verified=True)
+
+    shared = no_gain({"shared": effect("h7,c1", nonce="old")})
+    dup = no_gain({"kw": w_value})
+    e1 = no_gain({"k1": effect("h4,c1", nonce="e1")})
+    e2 = no_gain({"k2": effect("h5,c2", nonce="e2")})
+    e3 = no_gain({"k3": effect("h6,c3", nonce="e3")})
+    too_stale = card({"k9": effect("h8,c2", nonce="late")}, base=1)
+    # step 1: evidence gating keeps W alone (v4); the others are set aside, the late one discarded
+    report = step_one(agg, w, shared, dup, e1, e2, e3, too_stale)
+    assert report.outcome is MergeOutcome.COMMITTED and report.accepted == w.diff
+    assert agg.evidence_pool == (too_stale, shared, dup, e1, e2, e3)
+    # step 2: too_stale is past alpha, shared collides with the new card's key, dup is
+    # already in the head; e1 and e2 are drawn (pool_draw 2), e3 waits
+    fresh = card({"shared": effect("h9", nonce="new")}, base=4, delta=None)
+    report = step_one(agg, fresh)
+    assert report.outcome is MergeOutcome.COMMITTED and report.fused
+    assert "2 re-tried from the pool" in report.reason
+    _, state = ledger.head(ART)
+    assert state["shared"] == fresh.diff.ops["shared"]
+    assert {"k1", "k2"} <= set(state) and not {"k3", "k9"} & set(state)
+    assert agg.evidence_pool == (too_stale, shared, dup, e3)
+    assert (agg.counters["pool_drawn"], agg.counters["pool_committed"]) == (2, 2)
+
+
+@pytest.mark.parametrize("where", ["held_out", "cheap"])
+def test_evaluator_raising_leaves_the_pool_as_it_was(where):
+    ledger, agg, ev, alloc, b = _set_aside_b()
+    counters = dict(agg.counters)
+    neutral = card({"kn": NEUTRAL}, base=2, delta=None)
+    agg.ingest(neutral)
+    setattr(ev, f"fail_{where}", True)
+    with pytest.raises(RuntimeError, match="down"):
+        agg.step()
+    assert agg.evidence_pool == (b,)
+    assert agg.pending() == 1
+    assert len(alloc.calls) == 1
+    booked = ("discarded_stale", "rebased", "rebase_rejected", "set_aside", "committed",
+              "below-threshold", "pool_drawn", "pool_committed", "pool_returned", "pool_dropped")
+    assert {k: agg.counters[k] for k in booked} == {k: counters.get(k, 0) for k in booked}
+    setattr(ev, f"fail_{where}", False)
+    (report,) = agg.step()
+    assert report.outcome is MergeOutcome.COMMITTED and report.accepted == b.diff
+    assert agg.evidence_pool == (neutral,)  # B once, gone; nothing duplicated
+    assert (agg.counters["pool_drawn"], agg.counters["pool_committed"]) == (1, 1)
+    assert len(alloc.calls) == 2
+
+
+def _story_outcomes(config: AggregatorConfig) -> list[tuple]:
+    """The three pool stories above, as plain tuples (every gain in them is clear-cut)."""
+    global _ids
+    _ids = itertools.count()
+    out: list[tuple] = []
+
+    def run(agg: Aggregator, ledger: Any, alloc: RecordingAllocator, steps: list) -> None:
+        for batch in steps:
+            if callable(batch):  # another writer moves the head between steps
+                batch()
+                continue
+            report = step_one(agg, *batch)
+            out.append((report.outcome.value, report.committed_version, report.considered,
+                        report.discarded_stale))
+        out.append((sorted(ledger.head(ART)[1]), [c.diff.diff_id for c in agg.evidence_pool]))
+        out.append(tuple((ctx.advantage, committed) for ctx, committed in alloc.calls))
+
+    # a set-aside card that still helps (see _set_aside_b)
+    ledger, agg, _, alloc = make(config=replace(config, fusion_tournament=True), evaluator=VerifyingEvaluator())
+    run(agg, ledger, alloc, [
+        [card({"ka": TIE_A}, delta=0.3, refs=["h2"]), card({"kb": TIE_B}, delta=0.1, refs=["h5"], advantage=-0.7)],
+        [card({"kn": NEUTRAL}, base=2, delta=None)],
+        [card({"kc": effect("h8,h9,c3", nonce="C")}, base=2, delta=0.2)],
+    ])
+    # the draw rules (see test_the_draw_takes_the_oldest_eligible_cards_up_to_pool_draw)
+    ledger, agg, _, alloc = make(config=config)
+    _advance(ledger, 2)
+    w_value = effect("h2,h3", nonce="W")
+    run(agg, ledger, alloc, [
+        [card({"kw": w_value}, base=3, delta=0.5, verified=True),
+         *(card(ops, base=3, delta=0.0, verified=True) for ops in (
+             {"shared": effect("h7,c1", nonce="old")}, {"kw": w_value}, {"k1": effect("h4,c1", nonce="e1")},
+             {"k2": effect("h5,c2", nonce="e2")}, {"k3": effect("h6,c3", nonce="e3")})),
+         card({"k9": effect("h8,c2", nonce="late")}, base=1)],
+        [card({"shared": effect("h9", nonce="new")}, base=4, delta=None)],
+    ])
+    # a stale card rejected on rebase, re-tried once the head has moved
+    ledger, agg, _, alloc = make(config=replace(config, alpha_tail=2))
+    ledger.commit(ART, {"kx": effect("", "c1", nonce="breaker")}, 1)
+    run(agg, ledger, alloc, [
+        [card({"ka": effect("h2,h3,h4,c1", nonce="S")}, base=1)],
+        [card({"kn": NEUTRAL}, base=2, delta=None)],
+        lambda: ledger.commit(ART, {"kx": effect("h9", nonce="fixed")}, 2),
+        [card({"kb": GOOD_B}, base=3)],
+    ])
+    return out
+
+
+# Recorded by running `_story_outcomes` against the aggregator of commit dbf7465, the
+# last one in which nothing read the evidence pool (the same under the acceptance rule
+# of 2c32ca6 and under the evidence rule: every gain in the stories is clear-cut).
+PINNED_BEFORE_THE_POOL = [
+    ("committed", 2, 2, 0),
+    ("below-threshold", None, 1, 0),
+    ("committed", 3, 1, 0),
+    (["ka", "kc"], ["d1"]),
+    ((0.0, True), (0.0, False), (0.0, True)),
+    ("committed", 4, 7, 1),
+    ("committed", 5, 1, 0),
+    (["kw", "pad1", "pad2", "shared"], ["d10", "d5", "d6", "d7", "d8", "d9"]),
+    ((0.0, True), (0.0, True)),
+    ("all-stale", None, 1, 1),
+    ("below-threshold", None, 1, 0),
+    ("committed", 4, 1, 0),
+    (["kb", "kx"], ["d12"]),
+    ((0.0, False), (0.0, True)),
+]
+
+
+def test_pool_draw_0_reproduces_the_merges_from_before_the_pool():
+    before = _story_outcomes(AggregatorConfig(pool_draw=0))
+    assert before == PINNED_BEFORE_THE_POOL
+    assert _story_outcomes(AggregatorConfig()) != before  # the stories do exercise the pool
+
+
 # --------------------------------------------------------------------------- acceptance, L1
 
 
@@ -461,8 +718,18 @@ def test_held_out_regression_is_below_threshold():
     assert ledger.head(ART)[0] == 1
 
 
+def test_a_tie_with_a_positive_self_verify_is_below_threshold_by_default():
+    ledger, agg, _, alloc = make()
+    report = step_one(agg, card({"k": NEUTRAL}, delta=0.25))  # equal on held-out, self-verify +0.25
+    assert report.outcome is MergeOutcome.BELOW_THRESHOLD
+    assert "no held-out gain" in report.reason or "stopped after" in report.reason
+    assert ledger.head(ART)[0] == 1
+    assert [c for _, c in alloc.calls] == [False]
+
+
 def test_l1_tie_passing_acceptance_is_oracle_rejected():
-    ledger, agg, _, alloc = make(blast=0.6)
+    # with the pre-0.2 rule opted in, the self-verify breaks the tie; the L1 oracle still refuses it
+    ledger, agg, _, alloc = make(blast=0.6, config=AggregatorConfig(self_verify_counts=True))
     tie = card({"k": NEUTRAL}, delta=0.25)  # equal on held-out, self-verify says +0.25
     report = step_one(agg, tie)
     assert report.outcome is MergeOutcome.ORACLE_REJECTED
@@ -474,8 +741,8 @@ def test_l1_tie_passing_acceptance_is_oracle_rejected():
 
 
 def test_the_same_tie_on_an_l2_artifact_commits():
-    # the control for the test above: only the oracle gate differs
-    _, agg, _, _ = make(blast=0.3)
+    # the control for the test above: only the oracle gate differs (the risk of the opt-in)
+    _, agg, _, _ = make(blast=0.3, config=AggregatorConfig(self_verify_counts=True))
     report = step_one(agg, card({"k": NEUTRAL}, delta=0.25))
     assert report.outcome is MergeOutcome.COMMITTED
 
@@ -541,8 +808,8 @@ def test_cas_retry_never_overwrites_a_key_the_winner_wrote(op):
     inner = MemoryLedger()
     inner.register(ART, {"slot": NEUTRAL}, 0.2)
     ledger = SameKeyRival(inner, rivals=1)
-    agg = Aggregator(ledger, TableEvaluator(), allocator=RecordingAllocator())
-    # deleting the neutral slot is harmless but the tie-break carries it; writing GOOD_A helps
+    agg = Aggregator(ledger, TableEvaluator(), AggregatorConfig(self_verify_counts=True), allocator=RecordingAllocator())
+    # deleting the neutral slot is harmless but the (opted-in) tie-break carries it; writing GOOD_A helps
     step_one(agg, card({"slot": op}, delta=0.5))
     assert ledger.head(ART)[1].get("slot") == GOOD_B  # the winner's value survives
     assert len(ledger.history(ART)) == 2
@@ -581,7 +848,9 @@ def _scenario(outcome: MergeOutcome) -> tuple[Aggregator, RecordingAllocator, li
         _, agg, _, alloc = make()
         cards = [card({"k": NEUTRAL}, delta=None)]
     elif outcome is MergeOutcome.ORACLE_REJECTED:
-        _, agg, _, alloc = make(blast=0.6)
+        # under the evidence rule acceptance already demands a held-out gain, so only the
+        # opted-in pre-0.2 rule lets a tie reach the oracle gate
+        _, agg, _, alloc = make(blast=0.6, config=AggregatorConfig(self_verify_counts=True))
         cards = [card({"k": NEUTRAL}, delta=0.25)]
     elif outcome is MergeOutcome.CAS_CONFLICT:
         _, agg, _, alloc = make(ledger=RivalLedger(MemoryLedger(), rivals=99))
@@ -767,11 +1036,13 @@ def test_ingest_into_an_unknown_artifact_is_a_ledger_error():
 # --------------------------------------------------------------------------- determinism
 
 
-def _run_sequence() -> tuple[list[dict], list[Any], list[tuple[AllocatorContext, bool]]]:
+def _run_sequence(
+    config: AggregatorConfig | None = None,
+) -> tuple[list[dict], list[Any], list[tuple[AllocatorContext, bool]]]:
     global _ids
     _ids = itertools.count()  # same diff ids on both runs
     ledger = RivalLedger(MemoryLedger(), rivals=0)
-    _, agg, _, alloc = make(ledger=ledger, artifacts={ART: 0.2, "slow": 0.6})
+    _, agg, _, alloc = make(ledger=ledger, artifacts={ART: 0.2, "slow": 0.6}, config=config)
     batches = [
         [card({"ka": GOOD_A}), card({"kb": GOOD_B}), card({"slot": effect("h8", nonce="w")})],
         [card({"slot": effect("h8,c3", nonce="s")}, base=2), card({"slot": effect("h9", nonce="t")}, base=2),
@@ -835,52 +1106,98 @@ def _build(spec: dict, ledger: Any, n: int) -> EvidenceCard:
         ops = {key: effect(solves, nonce=str(n))}
         base = max(1, head - spec["lag"])
     diff = Diff(f"p{n}", target, ops)
-    return EvidenceCard(diff, {target: base}, spec["delta"], spec["advantage"])
+    refs = [Task(t, t) for t in sorted(spec["held"])]  # what a verifying evaluator re-runs on a rebase
+    return EvidenceCard(diff, {target: base}, spec["delta"], spec["advantage"], refs)
+
+
+def _check_pool(agg: Aggregator, ledger: Any, ever_pooled: set[str]) -> None:
+    """What the evidence pool keeps true after every step, failed or not."""
+    cfg = agg.config
+    ids = [id(c) for c in agg.evidence_pool]
+    assert len(ids) == len(set(ids)) <= cfg.evidence_pool_size  # no card pooled twice
+    c = agg.counters
+    # every draw ended one way: in a commit, back in the pool, or dropped after a measurement
+    assert c["pool_drawn"] == c["pool_committed"] + c["pool_returned"] + c["pool_dropped"]
+    assert c["pool_recovered"] <= min(c["pool_committed"], c["discarded_stale"])
+    assert c["pool_drawn"] <= cfg.pool_draw * c["steps"] * len(_ARTIFACTS)
+    ever_pooled.update(card.diff.diff_id for card in agg.evidence_pool)
+    assert c["pool_drawn"] <= cfg.pool_retries * len(ever_pooled)
+    # a card that made it into a commit is never in the pool afterwards
+    committed = {d for aid in _ARTIFACTS for e in ledger.history(aid) for d in e.meta.get("contributors", ())}
+    assert not committed & {card.diff.diff_id for card in agg.evidence_pool}
 
 
 @settings(
-    max_examples=60,
+    max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(
     steps=st.lists(
-        st.tuples(st.lists(_card_specs(), max_size=6), st.sampled_from([0, 0, 1, 5])),
+        st.tuples(
+            st.lists(_card_specs(), max_size=6),
+            st.sampled_from([0, 0, 1, 5]),
+            st.sampled_from([None, None, None, "held_out", "cheap"]),  # the evaluator fails once
+        ),
         min_size=1,
-        max_size=5,
+        max_size=6,
     ),
     tournament=st.booleans(),
+    verifying=st.booleans(),
+    pool_draw=st.sampled_from([0, 1, 2]),
+    pool_retries=st.sampled_from([1, 2]),
 )
-def test_property_exactly_once_feedback(steps, tournament):
+def test_property_exactly_once_feedback(steps, tournament, verifying, pool_draw, pool_retries):
     ledger = RivalLedger(MemoryLedger())
     for aid, radius in _ARTIFACTS.items():
         ledger.register(aid, {}, radius)
     alloc = RecordingAllocator()
-    agg = Aggregator(
-        ledger, TableEvaluator(), AggregatorConfig(fusion_tournament=tournament), allocator=alloc
-    )
+    evaluator = VerifyingEvaluator() if verifying else TableEvaluator()
+    config = AggregatorConfig(fusion_tournament=tournament, pool_draw=pool_draw, pool_retries=pool_retries)
+    agg = Aggregator(ledger, evaluator, config, allocator=alloc)
     n = 0
     all_reports: list[MergeReport] = []
-    for specs, rivals in steps:
+    ever_pooled: set[str] = set()
+    for specs, rivals, failure in steps:
         ledger.rivals = rivals
+        if failure and specs:  # one artifact, so a failure leaves nothing half-merged
+            specs = [spec for spec in specs if spec["target"] == specs[0]["target"]]
         batch = []
         for spec in specs:
             batch.append(_build(spec, ledger, n))
             n += 1
         for c in batch:
             agg.ingest(c)
+        pooled_before = agg.evidence_pool
         before = len(alloc.calls)
-        reports = agg.step()
+        reports = None
+        if failure:
+            setattr(evaluator, f"fail_{failure}", True)
+            try:
+                reports = agg.step()
+            except RuntimeError:
+                event("a step failed")
+                # nothing was booked: the pool, the queue and the feedback are as they were
+                assert [id(c) for c in agg.evidence_pool] == [id(c) for c in pooled_before]
+                assert agg.pending() == len(batch)
+                assert len(alloc.calls) == before
+                _check_pool(agg, ledger, ever_pooled)
+            finally:
+                setattr(evaluator, f"fail_{failure}", False)
+        if reports is None:
+            reports = agg.step()
         new_calls = alloc.calls[before:]
         measured = [r for r in reports if r.outcome.measured]
-        # one report per artifact with cards
+        # one report per artifact with new cards (pooled cards alone never make a report)
         assert sorted(r.artifact_id for r in reports) == sorted({c.diff.target for c in batch})
         # exactly one call per measured report, in order, with the right verdict
         assert len(new_calls) == len(measured)
         assert [c for _, c in new_calls] == [r.outcome is MergeOutcome.COMMITTED for r in measured]
         for (ctx, _), report in zip(new_calls, measured):
             assert ctx.blast_radius == pytest.approx(_ARTIFACTS[report.artifact_id])
-            own = {(c.advantage, c.diff.size()) for c in batch if c.diff.target == report.artifact_id}
+            # attributed to a card of this artifact: a new one or one drawn from the pool
+            own = {(c.advantage, c.diff.size()) for c in (*batch, *pooled_before)
+                   if c.diff.target == report.artifact_id}
             assert (ctx.advantage, ctx.size) in own
             assert ctx.size <= AggregatorConfig().trust_region_ops
             assert report.accepted is not None and report.p_improve is not None
@@ -889,12 +1206,17 @@ def test_property_exactly_once_feedback(steps, tournament):
                 assert report.accepted is None and report.p_improve is None
             if report.outcome is MergeOutcome.COMMITTED:
                 assert report.committed_version == ledger.head(report.artifact_id)[0]
+        _check_pool(agg, ledger, ever_pooled)
         all_reports.extend(reports)
     for report in all_reports:
         event(f"outcome: {report.outcome.value}")
+    for name in ("drawn", "committed", "returned", "dropped"):
+        event(f"pool_{name}: {'0' if not agg.counters[f'pool_{name}'] else '1 or more'}")
     assert len(alloc.calls) == sum(r.outcome.measured for r in all_reports)
     assert agg.counters["allocator_observations"] == len(alloc.calls)
     assert agg.pending() == 0
+    if pool_draw == 0:
+        assert agg.counters["pool_drawn"] == 0
 
 
 # --------------------------------------------------------------------------- evidence-gated fusion

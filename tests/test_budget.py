@@ -153,18 +153,23 @@ def test_budget_stop_says_max_tokens() -> None:
     assert result.usage.total_tokens <= 40_000 or result.stop_reason == "max_tokens"
 
 
-def test_skipped_self_verify_records_zero_delta_and_still_merges() -> None:
+def test_a_candidate_the_allocator_skips_gets_neither_self_verify_nor_evaluation() -> None:
     alloc = ScriptedAllocator(deep_eval=False, budget_start=1.0)
     result = evolve(**_domain().evolve_kwargs(), rounds=4, n_workers=3,
                     max_tokens=10**9, allocator=alloc)
     assert result.counters["self_verify_skipped"] > 0
     assert result.counters.get("self_verify_rollouts", 0) == 0
-    assert sum(h.cards for h in result.history) == result.counters["cards"]
-    assert result.committed > 0  # skipped cards still merge
+    assert sum(h.cards for h in result.history) == result.counters["cards"]  # the cards still merge
+    # ... but a candidate that is not evaluated is not committed, and nothing was measured
+    assert result.committed == 0 and result.counters["merge_not_evaluated"] > 0
+    held_out = round(len(_domain().tasks) * 0.4)
+    assert result.counters["eval_rollouts"] == held_out  # the starting head's, nothing more
+    assert alloc.observed == []
 
 
 def _measured(result) -> list:
-    return [r for h in result.history for r in h.reports if r.outcome.measured]
+    """Reports of decisions that measured the candidate (an unevaluated one has no p_improve)."""
+    return [r for h in result.history for r in h.reports if r.outcome.measured and r.p_improve is not None]
 
 
 @pytest.mark.parametrize("engine", ["sync", "async"])
@@ -179,7 +184,8 @@ def test_every_measured_outcome_is_observed_exactly_once(engine: str) -> None:
     assert len(alloc.observed) == len(measured) > 0
     committed = [r for r in measured if r.outcome is MergeOutcome.COMMITTED]
     assert sum(c for _, c in alloc.observed) == len(committed)
-    unmeasured = [r for h in result.history for r in h.reports if not r.outcome.measured]
+    unmeasured = [r for h in result.history for r in h.reports
+                  if not r.outcome.measured or r.p_improve is None]
     assert len(alloc.observed) + len(unmeasured) == sum(len(h.reports) for h in result.history)
     # every training vector is a vector the allocator was asked about before the spend
     decided = set(alloc.decided)

@@ -17,6 +17,7 @@ import pytest
 from agentdescent import (
     LLMAgent,
     ProviderAuthError,
+    Task,
     Usage,
     async_evolve,
     evolve,
@@ -199,6 +200,24 @@ def test_bad_knobs_are_named_before_anything_runs(engine, knob, value, error, wo
     with pytest.raises(error, match=words):
         engine(toy_tasks(), toy_reward, run=run, propose=toy_propose, **{knob: value})
     assert calls == []
+
+
+# --------------------------------------------------------------------------- the evidence rule
+
+
+def test_a_tie_cannot_commit(engine):
+    """Each proposal solves its own train task (self-verify +1) and no held-out task."""
+    tasks = [Task(f"u{i:02d}", f"prompt {i}") for i in range(16)]
+
+    def run(rendered, task):
+        return "solved" if f"solve {task.id}" in rendered else "unsolved"
+
+    def propose(rendered, task, output, reward):
+        return f"solve {task.id}"
+
+    result = engine(tasks, toy_reward, run=run, propose=propose, rounds=4)
+    assert result.committed == 0 and result.version == 1
+    assert result.outcomes()["below-threshold"] > 0
 
 
 # --------------------------------------------------------------------------- stop rules

@@ -16,6 +16,7 @@ import threading
 import pytest
 
 from agentdescent import (
+    AggregatorConfig,
     AppendRules,
     EvolutionResult,
     MemoryLedger,
@@ -146,8 +147,19 @@ def _tie_workload(n: int = 20):
     return dict(tasks=tasks, reward=reward, run=run, propose=propose, strategy=AppendRules())
 
 
-def test_a_tie_is_oracle_rejected_on_a_slow_artifact():
-    result = evolve(**_tie_workload(), rounds=4, n_workers=2, blast_radius=0.6)
+def test_a_tie_never_commits_under_the_evidence_rule():
+    # every candidate gains +1 on its own train task (self-verify) and nothing on held-out
+    result = evolve(**_tie_workload(), rounds=4, n_workers=2, blast_radius=0.2)
+    assert result.committed == 0 and result.version == 1
+    for info in result.history:
+        for report in info.reports:
+            assert report.outcome is MergeOutcome.BELOW_THRESHOLD
+            assert "no held-out gain" in report.reason or "stopped after" in report.reason
+
+
+def test_with_the_old_rule_opted_in_a_tie_is_oracle_rejected_on_a_slow_artifact():
+    old = AggregatorConfig(self_verify_counts=True)
+    result = evolve(**_tie_workload(), rounds=4, n_workers=2, blast_radius=0.6, agg_config=old)
     outcomes = result.outcomes()
     assert result.committed == 0 and result.version == 1
     assert outcomes[MergeOutcome.ORACLE_REJECTED.value] == 4
@@ -158,10 +170,10 @@ def test_a_tie_is_oracle_rejected_on_a_slow_artifact():
         assert "oracle" in report.reason
 
 
-def test_the_same_tie_commits_on_a_fast_artifact():
-    # The contrast: at L2 the positive self-verify breaks the tie, so it is the oracle
-    # gate (and nothing else) that blocked the slow artifact above.
-    result = evolve(**_tie_workload(), rounds=4, n_workers=2, blast_radius=0.2)
+def test_with_the_old_rule_opted_in_the_same_tie_commits_on_a_fast_artifact():
+    # The risk the opt-in's docstring names: at L2 the positive self-verify breaks the tie.
+    old = AggregatorConfig(self_verify_counts=True)
+    result = evolve(**_tie_workload(), rounds=4, n_workers=2, blast_radius=0.2, agg_config=old)
     assert result.committed > 0
     assert result.outcomes()[MergeOutcome.ORACLE_REJECTED.value] == 0
 
