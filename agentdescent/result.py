@@ -74,10 +74,11 @@ class EvolutionResult:
     Args:
         state: the final artifact state (the ledger head).
         rendered: the final state rendered by the strategy.
-        final_reward: mean held-out reward of the final state.
+        final_reward: mean held-out reward of the final state (NaN when no held-out
+            evaluation ever succeeded: ``stop_reason`` and ``error`` say why).
         error: why the run could not continue, or None.
         stop_reason: ``"rounds"``, ``"target_reward"``, ``"patience"``, ``"max_seconds"``,
-            ``"max_rollouts"``, ``"max_iters"``, ``"max_tokens"``, ``"diminishing_returns"``
+            ``"max_rollouts"``, ``"max_tokens"``, ``"diminishing_returns"``
             or ``"error"``.
         history: one `RoundInfo` per round (or merger sweep).
         forced_refreshes: resyncs the async stall guard forced.
