@@ -528,6 +528,7 @@ class Aggregator:
             diff = entry.card.diff
             if (
                 diff.target != artifact_id
+                or not entry.card.allocated  # never evaluated: the governor's call stands
                 or entry.retries >= cfg.pool_retries
                 or entry.rejected_on == version
                 or not taken.isdisjoint(diff.ops)
