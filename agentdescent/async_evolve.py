@@ -2,7 +2,8 @@
 
 This module owns only *when* things run in an async run: worker threads admit, roll out,
 propose and self-verify (the worker step of `agentdescent.runtime`) and queue their
-results; the merger (the calling thread) sweeps the queue into the aggregator and is the
+results (on the run's executor when it is not a thread pool: a process pool, a Dask
+cluster); the merger (the calling thread) sweeps the queue into the aggregator and is the
 only thread that commits. Everything else — the configuration, the worker step, the
 failure, budget and time rules, the stop rules, the result — is `agentdescent.runtime`'s,
 shared with `agentdescent.evolution`.
@@ -16,6 +17,7 @@ that arrives after the stop is never merged.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
@@ -286,6 +288,7 @@ def async_evolve(
     allocator: AllocatorPolicy | None = None,
     ledger: Ledger | str | os.PathLike[str] | None = None,
     usage: Usage | None = None,
+    executor: concurrent.futures.Executor | None = None,
     on_round: Callable[[RoundInfo], None] | None = None,
     progress: bool = False,
     pacing: bool = False,
@@ -342,6 +345,12 @@ def async_evolve(
         allocator: see `evolve`.
         ledger: see `evolve`.
         usage: see `evolve`.
+        executor: where the calls run (default: a pool of ``n_workers`` daemon threads,
+            for the held-out evaluations; the workers call inline on their own threads).
+            On anything but a thread pool (a ``ProcessPoolExecutor``, Dask's
+            ``Client(...).get_executor()``) each worker submits its rollout, proposal and
+            self-verify to it and waits, and evaluations are submitted to it too; what
+            travels must pickle (see `evolve`).
         on_round: called with each sweep's `RoundInfo`.
         progress: show a progress bar of sweeps.
         pacing: admission pacing (the AReaL capacity rule): at most

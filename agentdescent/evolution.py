@@ -49,7 +49,7 @@ __all__ = ["EvolutionResult", "RoundInfo", "evolve"]
 
 logger = logging.getLogger("agentdescent.evolution")
 
-_SYNC_ONLY = (("rounds", 15), ("max_concurrency", 1), ("refresh_interval", 1), ("executor", None))
+_SYNC_ONLY = (("rounds", 15), ("max_concurrency", 1), ("refresh_interval", 1))
 
 
 def evolve(
@@ -120,7 +120,8 @@ def evolve(
         artifact_id: the artifact's id in the ledger (reserved ids are refused).
         rounds: sync rounds to run.
         n_workers: workers per round.
-        max_concurrency: threads for rollouts when no ``executor`` is given.
+        max_concurrency: threads for rollouts when no ``executor`` is given (1: serial,
+            bit-for-bit repeatable).
         refresh_interval: a worker re-reads the head every this many rounds (staggered
             by worker id), so diffs can be stale; 1 means always fresh.
         held_out_frac: share of tasks held out for acceptance, in (0, 1).
@@ -148,7 +149,13 @@ def evolve(
         usage: a meter that also receives every token the run records (``result.usage``
             is the run's own meter, counting this run only).
         executor: a ``concurrent.futures.Executor`` for the run's calls (default: a pool
-            of ``max_concurrency`` daemon threads).
+            of ``max_concurrency`` daemon threads): a ``ThreadPoolExecutor``, a
+            ``ProcessPoolExecutor``, or Dask's ``Client(...).get_executor()``. Rollouts,
+            proposals, self-verify and held-out evaluations run on it; the merge, the
+            ledger and the allocator stay in this process. On anything but a thread pool
+            the callables (``reward``, ``run``/``propose`` or ``agent``) and the tasks
+            are pickled: what does not pickle is a `ContractError` before any call. See
+            the Scaling out page.
         on_round: called with each `RoundInfo`.
         progress: show a progress bar.
         asynchronous: delegate to `agentdescent.async_evolve`.
@@ -182,10 +189,10 @@ def evolve(
         ignored = [name for name, default in _SYNC_ONLY if arguments[name] != default]
         if ignored:
             raise ValueError(
-                f"evolve(asynchronous=True) has no rounds or thread pool: {', '.join(ignored)} "
-                "cannot apply; drop them (async workers are n_workers threads, staleness is "
-                "bounded by async_ratio, and the run stops on max_seconds/max_rollouts/"
-                "target_reward/patience/max_tokens)"
+                f"evolve(asynchronous=True) has no rounds: {', '.join(ignored)} cannot apply; "
+                "drop them (async workers are n_workers threads whose calls run on executor=, "
+                "staleness is bounded by async_ratio, and the run stops on max_seconds/"
+                "max_rollouts/target_reward/patience/max_tokens)"
             )
         if max_seconds is None:
             logger.info("evolve(asynchronous=True) without max_seconds: using async_evolve's 20 s")

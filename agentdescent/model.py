@@ -13,6 +13,11 @@ third. The engines do not need to know which: around every call they open
 `run_meters(...)`, and each `Usage.record` made in that thread inside the scope is also
 recorded, once, into the run's meters. Copying a call that was already recorded into a
 second meter (`Usage.mirror`) is not new spend and is not forwarded again.
+
+**Across processes.** A call that runs in another process (a process pool, a Dask worker)
+cannot reach the run's meters. It runs inside `recording` there, which gives it a fresh
+meter as its only run meter; the meter pickles and comes back with the result, and the
+driver adds it to the run with `replay_usage`, once, phases kept.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ __all__ = [
     "Usage",
     "current_worker",
     "estimate_tokens",
+    "recording",
+    "replay_usage",
     "run_meters",
     "thread_tokens",
     "usage_phase",
@@ -104,6 +111,46 @@ def run_meters(*meters: Usage) -> Iterator[None]:
         yield
     finally:
         _LOCAL.sinks = previous
+
+
+@contextlib.contextmanager
+def recording(phase: str, worker_id: int | None = None) -> Iterator[Usage]:
+    """Record every call made *in this thread* in the block into a fresh meter, and only there.
+
+    What a call that travels to another process runs in: the block's records land in the
+    yielded meter (attributed to ``phase``, the calls marked as worker ``worker_id``'s),
+    which the call returns with its result for `replay_usage` on the driver. The scope
+    *replaces* the thread's run meters (a forked process may inherit its parent's), so
+    nothing recorded here is counted anywhere else in this process.
+
+    Args:
+        phase: the phase the block's tokens are attributed to (see `usage_phase`).
+        worker_id: the worker the calls belong to (see `worker_scope`).
+    """
+    meter = Usage()
+    previous = getattr(_LOCAL, "sinks", ())
+    _LOCAL.sinks = (meter,)
+    try:
+        with usage_phase(phase), worker_scope(worker_id):
+            yield meter
+    finally:
+        _LOCAL.sinks = previous
+
+
+def replay_usage(record: Usage) -> None:
+    """Record, in this thread, spend that was recorded elsewhere (``record``: another process's meter).
+
+    Each run meter of this thread's `run_meters` scope receives it once, its phases kept
+    as they were recorded; `thread_tokens` counts it, as if the call had run here. The
+    engines call it on the driver with what a traveling call brought back.
+    """
+    with record._lock:
+        counts = (record.prompt_tokens, record.completion_tokens, record.cached_tokens,
+                  record.calls, record.cache_write_tokens)
+        phases = dict(record._phases)
+    _LOCAL.tokens = getattr(_LOCAL, "tokens", 0) + counts[0] + counts[1]
+    for sink in getattr(_LOCAL, "sinks", ()):
+        sink._merge(counts, phases)
 
 
 def _count(value: Any, name: str) -> int:
@@ -214,6 +261,29 @@ class Usage:
             self.cached_tokens += cached
             self.cache_write_tokens += cache_write
             self.calls += calls
+
+    def _merge(self, counts: tuple[int, int, int, int, int], phases: Mapping[str, int]) -> None:
+        prompt, completion, cached, calls, cache_write = counts
+        with self._lock:
+            for phase, tokens in phases.items():
+                self._phases[phase] = self._phases.get(phase, 0) + tokens
+            self.prompt_tokens += prompt
+            self.completion_tokens += completion
+            self.cached_tokens += cached
+            self.cache_write_tokens += cache_write
+            self.calls += calls
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Counts and phases (taken under the lock): a meter pickles, its lock does not travel."""
+        with self._lock:
+            state = {name: getattr(self, name) for name in self.__slots__ if name != "_lock"}
+            state["_phases"] = dict(self._phases)
+        return state
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        self._lock = threading.Lock()
+        for name, value in state.items():
+            setattr(self, name, value)
 
     def copy(self) -> Usage:
         """An independent meter holding the same counts and phases (taken under the lock)."""

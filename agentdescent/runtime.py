@@ -6,8 +6,9 @@ in *when* workers and the merger run. Everything else is here, written once:
 - `RunConfig`: every knob both engines take, validated in one place;
 - `open_run`: the train/held-out split, the ledger, the evaluator, the aggregator, the run
   meter, the call pool (a `RunEnv`);
-- `RunEnv.call`: one backend call under the run's failure rules; `RunEnv.map`: several,
-  bounded by the run's hard deadline;
+- `RunEnv.call`, `RunEnv.solve_and_score`, `RunEnv.score_tasks`: backend calls under the
+  run's failure rules, on the run's executor; `RunEnv.map`: several worker steps, bounded by
+  the run's hard deadline;
 - the worker step: `rollout_step` then `card_step` (proposal -> ``to_diff`` ->
   ``candidate_worth`` -> self-verify -> evidence card), with the advantage from one
   `GroupTracker`;
@@ -30,6 +31,20 @@ in *when* workers and the merger run. Everything else is here, written once:
   hung backend nor Ctrl-C keeps the process alive.
 - *Advantage.* The z-score of a rollout's reward among all rewards finished so far on the
   same base version (`GroupTracker`).
+- *Executors.* Every expensive call (rollout, proposal, self-verify, held-out evaluation)
+  is a `Call`: a pure function of picklable inputs (the user's callable, the rendered
+  artifact, the task, the reward) that `run_call` runs wherever it lands and that returns
+  its output, its reward and the tokens it recorded (`CallResult`). On a thread pool (the
+  default `DaemonPool`, or a ``ThreadPoolExecutor``) calls run inline in the pool's threads
+  and their tokens reach the run's meters through the thread's `run_meters` scope, as they
+  always did. On any other executor (a ``ProcessPoolExecutor``, Dask's
+  ``Client.get_executor()``) each attempt is submitted to it; the tokens come back with
+  the result and are replayed into the run's meters once (`replay_usage`); the retries,
+  counters, score cache, cards, ledger and allocator stay on the driver. What travels is
+  pickled first (`check_travel`): a callable that does not pickle is a `ContractError`
+  before any call. An executor that loses a call it accepted (a broken process pool, a
+  closed Dask client) ends the run (`RunFailed`); a call Dask already rescheduled after
+  worker deaths and then gave up on (``KilledWorker``) fails for good without a retry here.
 - *Rollout cap* (``max_rollouts``) counts admitted rollouts; *patience* counts rounds'
   worth of rollouts (``n_workers`` each) merged without a new best held-out reward.
 
@@ -47,20 +62,30 @@ import logging
 import math
 import numbers
 import os
+import pickle
 import queue
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from .aggregator import Aggregator, AggregatorConfig, Evaluator
 from .allocator import AllocatorPolicy, pre_spend_context
 from .budget import BudgetGovernor
 from .governance import ArtifactInfo, Layer, classify
 from .ledger import Ledger, MemoryLedger, SqliteLedger
-from .model import Usage, run_meters, thread_tokens, usage_phase, worker_scope
+from .model import (
+    Usage,
+    recording,
+    replay_usage,
+    run_meters,
+    thread_tokens,
+    usage_phase,
+    worker_scope,
+)
 from .result import EvolutionResult, RoundInfo
 from .staleness import StalenessPolicy, get_policy
 from .strategies import AppendRules, Strategy
@@ -83,6 +108,8 @@ __all__ = [
     "MAX_WORKERS",
     "AggregatorFactory",
     "BackendFailure",
+    "Call",
+    "CallResult",
     "Clock",
     "GroupTracker",
     "RunConfig",
@@ -91,12 +118,15 @@ __all__ = [
     "RunTimeout",
     "StopRules",
     "card_step",
+    "check_travel",
     "close_run",
     "drive",
     "finish",
     "merge_and_record",
     "open_run",
     "rollout_step",
+    "run_call",
+    "score_output",
     "split_tasks",
 ]
 
@@ -232,7 +262,8 @@ class RunConfig:
         allocator: a learning allocator consulted by the budget governor.
         ledger: a path (SQLite), a `Ledger`, or None (in memory).
         usage: a meter that also receives every token the run records.
-        executor: a ``concurrent.futures.Executor`` for the run's calls.
+        executor: a ``concurrent.futures.Executor`` for the run's calls: a thread pool,
+            a ``ProcessPoolExecutor`` or Dask's ``Client.get_executor()`` (see `Call`).
         on_round: called with each `RoundInfo`.
         progress: show a progress bar.
         stop_on_diminishing_returns: with a budget, stop when reward per token stalls.
@@ -346,12 +377,6 @@ class RunConfig:
             raise TypeError(f"aggregator_factory={self.aggregator_factory!r} is not callable; see AggregatorFactory")
         if self.executor is not None and not isinstance(self.executor, concurrent.futures.Executor):
             raise TypeError(f"executor={self.executor!r}: pass a concurrent.futures.Executor or None")
-        if isinstance(self.executor, concurrent.futures.ProcessPoolExecutor):
-            raise ValueError(
-                "executor= is a ProcessPoolExecutor: the workers share the run's token meter, "
-                "ledger handle and score cache, which cannot cross processes; pass a "
-                "ThreadPoolExecutor (or max_concurrency=N)"
-            )
         if classify(ArtifactInfo(self.artifact_id, self.blast_radius)) is Layer.L0_FROZEN:
             raise GovernanceError(f"artifact_id={self.artifact_id!r} is reserved and frozen (L0); choose another id")
 
@@ -463,6 +488,20 @@ def _open_ledger(ledger: Any) -> tuple[Ledger, bool]:
     return ledger, False
 
 
+def score_output(reward: Callable[[Task, str], float], task: Task, output: Any) -> float:
+    """The reward of one ``run``/``solve`` output, with both contracts checked (a pure function).
+
+    Raises:
+        ContractError: the output is not a ``str``.
+        RewardContractError: the reward is not a finite number in [0, 1].
+    """
+    if not isinstance(output, str):
+        raise ContractError(
+            f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
+        )
+    return _check_reward(task, reward(task, output))
+
+
 def _check_reward(task: Task, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise RewardContractError(
@@ -548,6 +587,139 @@ class DaemonPool(concurrent.futures.Executor):
         if wait:
             for thread in self._started:
                 thread.join()
+
+
+# =========================================================================== calls that travel
+
+
+@dataclass(frozen=True)
+class Call:
+    """One expensive call as it travels to an executor: a pure function of picklable inputs.
+
+    ``fn(*args)`` is a rollout, a self-verify or a held-out evaluation (``solve(rendered,
+    task)``, scored with ``reward`` on ``task``) or a proposal (``propose(rendered, task,
+    output, reward)``, not scored). Nothing in it refers to the run: `run_call` can run it in
+    another process or on another machine, and everything the run needs comes back in its
+    `CallResult`.
+
+    Args:
+        fn: the user's callable (``run``/``propose`` or an agent's bound method).
+        args: its positional arguments.
+        phase: where its tokens go (``"rollout"``, ``"proposal"``, ``"self_verify"``,
+            ``"evaluation"``).
+        worker: the worker it runs for (None for an evaluation).
+        reward: the run's reward, to score the output on ``task`` (None: not scored).
+        task: the task to score on.
+        key: unique per submission (set by the engine), so that a cluster that caches
+            results by their inputs (Dask's ``pure=True``) never merges two rollouts.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    phase: str
+    worker: int | None = None
+    reward: Callable[[Task, str], float] | None = None
+    task: Task | None = None
+    key: str = ""
+
+    def __dask_tokenize__(self) -> str:
+        """Dask's task key for this call: its unique ``key`` (no hashing of the callable)."""
+        return self.key
+
+
+@dataclass
+class CallResult:
+    """What a `Call` brings back: its output, its reward, the tokens it recorded, its errors.
+
+    Args:
+        output: what ``fn`` returned (a ``str`` sanitised with `sanitize_text`).
+        reward: the checked reward of the output, when the call is scored.
+        usage: the tokens the call recorded (on any meter, by a provider or by a user
+            callable into the meter it was given), phases kept; None when the call ran in
+            the run's own thread, where they already reached the run's meters.
+        error: what ``fn`` raised (the driver applies the failure rule to it).
+        score_error: what scoring raised (a contract error or the reward's own
+            exception): never retried, as on a thread.
+    """
+
+    output: Any = None
+    reward: float | None = None
+    usage: Usage | None = None
+    error: Exception | None = None
+    score_error: Exception | None = None
+
+
+def run_call(call: Call) -> CallResult:
+    """Run one `Call` where it landed (a pool thread, another process, a Dask worker).
+
+    The call runs under a fresh meter (`agentdescent.model.recording`) that the result
+    carries back, so its tokens are counted once, on the driver. It never raises for the
+    call's own errors: they come back in the result with the tokens spent before them
+    (as on a thread, where those tokens reach the run's meter too). The output is scored
+    outside the meter, as on a thread.
+    """
+    with recording(call.phase, call.worker) as meter:
+        try:
+            out = call.fn(*call.args)
+        except Exception as exc:
+            return CallResult(usage=meter, error=exc)
+    if isinstance(out, str):
+        out = sanitize_text(out)
+    if call.reward is None or call.task is None:
+        return CallResult(out, usage=meter)
+    try:
+        reward = score_output(call.reward, call.task, out)
+    except Exception as exc:
+        return CallResult(out, usage=meter, score_error=exc)
+    return CallResult(out, reward, meter)
+
+
+def _runs_in_process(executor: concurrent.futures.Executor) -> bool:
+    """True for the executors whose calls run in this process's threads (nothing is pickled)."""
+    return isinstance(executor, (DaemonPool, concurrent.futures.ThreadPoolExecutor))
+
+
+def check_travel(config: RunConfig, executor: concurrent.futures.Executor) -> None:
+    """Check that what travels to ``executor`` pickles: the callables and the tasks.
+
+    Called before the first submission to an executor that is not a thread pool, so a
+    lambda or a closure fails here, naming itself, instead of in a worker process.
+
+    Raises:
+        ContractError: something that must travel does not pickle.
+    """
+    where = type(executor).__name__
+    if config.agent is not None:
+        travelling: list[tuple[str, Any]] = [("agent", config.agent)]
+    else:
+        travelling = [("run", config.run), ("propose", config.propose)]
+    travelling.append(("reward", config.reward))
+    for name, value in travelling:
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            raise ContractError(
+                f"{name}={value!r:.120} cannot travel to the executor ({where}): pickle.dumps "
+                f"fails with {type(exc).__name__}: {exc}. Calls on a process pool or a Dask "
+                f"cluster are pickled: define {name} at module level (not a lambda or a function "
+                "nested in another), bind extra arguments with functools.partial, keep locks "
+                "and open clients out of it, or run on threads (executor=None or a "
+                "ThreadPoolExecutor)"
+            ) from None
+    for task in config.tasks:
+        try:
+            pickle.dumps(task)
+        except Exception as exc:
+            raise ContractError(
+                f"task {task.id!r} cannot travel to the executor ({where}): pickle.dumps fails "
+                f"with {type(exc).__name__}: {exc}; keep task.meta to plain data"
+            ) from None
+
+
+def _executor_gave_up(exc: BaseException) -> bool:
+    """Dask's ``KilledWorker``: the scheduler already re-ran the call on other workers, then gave up."""
+    distributed = sys.modules.get("distributed")  # only an executor of Dask's can raise it
+    return distributed is not None and isinstance(exc, distributed.KilledWorker)
 
 
 # =========================================================================== the run
@@ -733,10 +905,15 @@ class RunEnv:
     fatal: RunFailed | None = None
     bar: Any = None
     unit: str = "round"
+    remote: bool = False
+    pool: concurrent.futures.Executor | None = None
+    closed: bool = False
     _tokens_mark: int = 0
     _failures_mark: int = 0
     _in_a_row: collections.Counter[str] = field(default_factory=collections.Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _submissions: int = 0
+    _run_key: str = field(default_factory=lambda: os.urandom(6).hex())
 
     @property
     def artifact_id(self) -> str:
@@ -751,49 +928,222 @@ class RunEnv:
     # ----------------------------------------------------------------- calls
 
     def call(self, fn: Callable[..., Any], *args: Any, what: str, phase: str, worker: int | None = None) -> Any:
-        """One backend call under the run's failure rules (see the module docstring).
+        """One backend call (a proposal) under the run's failure rules (see the module docstring).
 
-        Tokens the call records on any meter land in the run's meters, attributed to
+        Tokens the call records on any meter land in the run's meters once, attributed to
         ``phase``. A returned ``str`` is sanitised (`sanitize_text`).
 
         Raises:
             BackendFailure: the call failed for good; the run goes on without it.
-            RunFailed: the run cannot go on (a non-retryable provider error, or
-                ``failure_limit`` failures in a row of this phase).
+            RunFailed: the run cannot go on (a non-retryable provider error,
+                ``failure_limit`` failures in a row of this phase, or an executor that lost
+                a call).
             ContractError: the caller's callable broke its contract.
         """
+        return self._retrying(Call(fn, args, phase, worker), what).output
+
+    def solve_and_score(self, rendered: str, task: Task, *, what: str, phase: str,
+                        worker: int | None = None) -> tuple[str, float]:
+        """Solve ``task`` on ``rendered`` and score the output: a rollout, a self-verify or one evaluation.
+
+        The call is retried under the failure rules; the scoring is not (a reward that
+        raises, or breaks its contract, ends the run wherever it ran).
+
+        Returns:
+            ``(output, reward)``.
+
+        Raises:
+            BackendFailure, RunFailed, ContractError: as `call`.
+            RewardContractError: the reward is not a finite number in [0, 1].
+        """
+        result = self._retrying(Call(self.solve, (rendered, task), phase, worker, self.config.reward, task), what)
+        return result.output, self._reward_of(task, result)
+
+    def score_tasks(self, rendered: str, tasks: Sequence[Task]) -> list[Any]:
+        """Held-out evaluation: the reward of ``rendered`` on each task, in order, within the deadline.
+
+        A slot holds the reward, or the `BackendFailure` of a task that failed for good;
+        the evaluation stops at its first failed task (the tasks not yet started are
+        cancelled, their slots None). On a thread pool each task is one `call` on the
+        pool; on another executor every task is submitted at once (the executor bounds how
+        many run) and the failure rule is applied here as results arrive.
+
+        Raises:
+            RunTimeout: the hard deadline passed.
+            RunFailed, ContractError, RewardContractError: as `solve_and_score`.
+        """
+        if not self.remote:
+            def one(task: Task) -> float:
+                return self.solve_and_score(rendered, task, what=f"evaluation on task {task.id!r}",
+                                            phase="evaluation")[1]
+
+            return self.map(one, tasks, stop_on_failure=True)
+        slots: list[Any] = [None] * len(tasks)
+        running: dict[concurrent.futures.Future[Any], tuple[int, int]] = {}
+        cancelled: set[concurrent.futures.Future[Any]] = set()
+
+        def submit(i: int, attempt: int) -> None:
+            call = Call(self.solve, (rendered, tasks[i]), "evaluation", None, self.config.reward, tasks[i])
+            running[self._submit(call)] = (i, attempt)
+
+        try:
+            for i in range(len(tasks)):
+                submit(i, 1)
+            while running:
+                done, _ = concurrent.futures.wait(
+                    running, timeout=POLL_SECONDS, return_when=concurrent.futures.FIRST_COMPLETED
+                )
+                for future in done:
+                    i, attempt = running.pop(future)
+                    if future in cancelled:
+                        continue
+                    try:
+                        result = self._collect(future)
+                    except Exception as exc:
+                        try:
+                            self._judge(exc, attempt, f"evaluation on task {tasks[i].id!r}", "evaluation")
+                        except BackendFailure as failure:
+                            slots[i] = failure
+                            cancelled.update(f for f in running if f.cancel())
+                            continue
+                        submit(i, attempt + 1)
+                        continue
+                    self._succeeded("evaluation")
+                    slots[i] = self._reward_of(tasks[i], result)
+                if running and self.stops.past_deadline():
+                    raise self._timeout(len(running))
+        except BaseException:
+            for future in running:
+                future.cancel()
+            raise
+        return slots
+
+    def _retrying(self, call: Call, what: str) -> CallResult:
+        """``call`` under the failure rules: attempt, judge each failure, retry or give up."""
         if self.fatal is not None:  # the run is ending: send nothing more to the backend
             raise self.fatal
-        attempts = self.config.call_attempts
-        last: BaseException | None = None
-        for attempt in range(1, attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                with usage_phase(phase), worker_scope(worker), run_meters(*self.meters):
-                    out = fn(*args)
-            except (ContractError, GovernanceError):
-                raise
-            except ProviderError as exc:
-                last = exc
-                if not exc.retryable:
-                    self.counters.add("backend_failures")
-                    self.last_error = exc
-                    raise self._fail_run(
-                        f"{what} failed with {type(exc).__name__}, which retrying cannot fix: {exc}"
-                    ) from None
-                break  # the provider already retried with backoff: never multiply its retries
+                result = self._once(call)
             except Exception as exc:
-                last = exc
-                self.counters.add("backend_errors")
-                if attempt < attempts:
-                    logger.warning("%s failed (attempt %d/%d): %s: %s; retrying", what, attempt,
-                                   attempts, type(exc).__name__, exc)
+                self._judge(exc, attempt, what, call.phase)  # returns only to retry
                 continue
-            with self._lock:
-                self._in_a_row[phase] = 0
-            return sanitize_text(out) if isinstance(out, str) else out
-        return self._failed(what, phase, last)
+            self._succeeded(call.phase)
+            return result
 
-    def _failed(self, what: str, phase: str, exc: BaseException | None) -> Any:
+    def _once(self, call: Call) -> CallResult:
+        """One attempt: inline on a thread pool, else submitted to the executor and awaited."""
+        if self.remote:
+            return self._collect(self._await(self._submit(call)))
+        with usage_phase(call.phase), worker_scope(call.worker), run_meters(*self.meters):
+            out = call.fn(*call.args)
+        return CallResult(sanitize_text(out) if isinstance(out, str) else out)
+
+    def _reward_of(self, task: Task, result: CallResult) -> float:
+        """The scored reward: computed here on a thread pool, brought back by the call otherwise."""
+        if not self.remote:
+            return self.score(task, result.output)
+        if result.score_error is not None:
+            raise result.score_error
+        assert result.reward is not None
+        return result.reward
+
+    def _judge(self, exc: Exception, attempt: int, what: str, phase: str) -> None:
+        """The failure rule for one failed attempt: return to retry it, or raise.
+
+        Raises:
+            BackendFailure: the call failed for good (retries spent, a provider's own
+                retries spent, or Dask's rescheduling spent).
+            RunFailed: the run cannot go on.
+            ContractError, GovernanceError, RunTimeout: as raised.
+        """
+        if isinstance(exc, (ContractError, GovernanceError, RunFailed, RunTimeout)):
+            raise exc
+        if isinstance(exc, ProviderError):
+            if not exc.retryable:
+                self.counters.add("backend_failures")
+                self.last_error = exc
+                raise self._fail_run(
+                    f"{what} failed with {type(exc).__name__}, which retrying cannot fix: {exc}"
+                ) from None
+            self._failed(what, phase, exc)  # the provider already retried with backoff: never multiply its retries
+        if _executor_gave_up(exc):
+            self._failed(what, phase, exc)  # Dask already re-ran it after worker deaths: never twice
+        self.counters.add("backend_errors")
+        if attempt < self.config.call_attempts:
+            logger.warning("%s failed (attempt %d/%d): %s: %s; retrying", what, attempt,
+                           self.config.call_attempts, type(exc).__name__, exc)
+            return
+        self._failed(what, phase, exc)
+
+    def _succeeded(self, phase: str) -> None:
+        with self._lock:
+            self._in_a_row[phase] = 0
+
+    # ----------------------------------------------------------------- another executor
+
+    def _submit(self, call: Call) -> concurrent.futures.Future[Any]:
+        """Submit one attempt of ``call`` to the executor (each attempt with its own key)."""
+        if self.fatal is not None:
+            raise self.fatal
+        with self._lock:
+            self._submissions += 1
+            key = f"agentdescent-{self._run_key}-{self._submissions}"
+        try:
+            return self.executor.submit(run_call, replace(call, key=key))
+        except Exception as exc:
+            raise self._executor_lost(exc, "refused a call") from None
+
+    def _await(self, future: concurrent.futures.Future[Any]) -> concurrent.futures.Future[Any]:
+        """Wait for one submitted call (a worker's); once the run has closed, cancel it and leave."""
+        while not future.done():
+            concurrent.futures.wait((future,), timeout=POLL_SECONDS)
+            if self.closed and not future.done():
+                future.cancel()
+                raise RunTimeout("the run ended while this call was running; its result is dropped")
+        return future
+
+    def _collect(self, future: concurrent.futures.Future[Any]) -> CallResult:
+        """A finished call's result; its tokens land in the run's meters (once) before anything else.
+
+        Raises:
+            RunFailed: the executor lost the call (a broken pool, a closed client).
+            Exception: what the call raised, for the failure rule.
+        """
+        try:
+            result: CallResult = future.result()
+        except concurrent.futures.CancelledError as exc:  # we cancel only what we no longer wait for
+            raise self._executor_lost(exc, "cancelled a call it had accepted (a closed Dask client, "
+                                           "or an executor shut down mid-run)") from None
+        except concurrent.futures.BrokenExecutor as exc:
+            raise self._executor_lost(exc, "broke: a worker process died mid-call, and a broken pool "
+                                           "takes no more calls (Dask reschedules a dead worker's "
+                                           "call instead)") from None
+        with run_meters(*self.meters):
+            replay_usage(result.usage)
+        if result.error is not None:
+            raise result.error
+        return result
+
+    def _executor_lost(self, exc: BaseException, what: str) -> RunFailed:
+        self.counters.add("backend_failures")
+        self.last_error = exc
+        return self._fail_run(
+            f"the executor ({type(self.executor).__name__}) {what} [{type(exc).__name__}: {exc}]; "
+            "the run cannot go on: everything committed stays in the ledger, so a new run on the "
+            "same ledger resumes from it"
+        )
+
+    def _timeout(self, running: int) -> RunTimeout:
+        return RunTimeout(
+            f"the run's time bound (max_seconds={self.config.max_seconds:g} + "
+            f"grace_seconds={self.config.grace_seconds:g}) passed with "
+            f"{running} call(s) still running"
+        )
+
+    def _failed(self, what: str, phase: str, exc: BaseException | None) -> NoReturn:
         self.counters.add("backend_failures")
         self.last_error = exc
         with self._lock:
@@ -816,7 +1166,10 @@ class RunEnv:
             return self.fatal
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any], *, stop_on_failure: bool = False) -> list[Any]:
-        """``fn`` over ``items`` on the run's executor, results in order, within the deadline.
+        """``fn`` over ``items`` on the run's pool, results in order, within the deadline.
+
+        The pool is the executor when that is a thread pool; otherwise threads of this
+        process (``n_workers`` of them) run ``fn``, and the calls it makes travel.
 
         A `BackendFailure` raised by ``fn`` comes back as the exception object in its slot;
         with ``stop_on_failure`` the items not yet started are cancelled (their slots are
@@ -825,7 +1178,7 @@ class RunEnv:
         Raises:
             RunTimeout: the hard deadline passed (the calls still running are abandoned).
         """
-        futures = [self.executor.submit(fn, item) for item in items]
+        futures = [self.pool.submit(fn, item) for item in items]
         pending = set(futures)
         try:
             while pending:
@@ -842,11 +1195,7 @@ class RunEnv:
                         for other in pending:
                             other.cancel()
                 if pending and self.stops.past_deadline():
-                    raise RunTimeout(
-                        f"the run's time bound (max_seconds={self.config.max_seconds:g} + "
-                        f"grace_seconds={self.config.grace_seconds:g}) passed with "
-                        f"{len(pending)} call(s) still running"
-                    )
+                    raise self._timeout(len(pending))
         except BaseException:
             for future in futures:
                 future.cancel()
@@ -867,11 +1216,7 @@ class RunEnv:
             ContractError: the output is not a ``str``.
             RewardContractError: the reward is not a finite number in [0, 1].
         """
-        if not isinstance(output, str):
-            raise ContractError(
-                f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
-            )
-        return _check_reward(task, self.config.reward(task, output))
+        return score_output(self.config.reward, task, output)
 
     # ----------------------------------------------------------------- merging
 
@@ -937,6 +1282,9 @@ def open_run(config: RunConfig) -> RunEnv:
     """
     config.validate()
     solve, propose = _resolve_callables(config)
+    remote = config.executor is not None and not _runs_in_process(config.executor)
+    if remote:
+        check_travel(config, config.executor)  # before anything is opened or submitted
     strategy = config.strategy if config.strategy is not None else AppendRules()
     policy = get_policy(config.staleness_policy) if isinstance(config.staleness_policy, str) else config.staleness_policy
     agg_config = config.agg_config if config.agg_config is not None else AggregatorConfig()
@@ -966,7 +1314,8 @@ def open_run(config: RunConfig) -> RunEnv:
         config=config, train=train, held_out=held_out, strategy=strategy, solve=solve,
         propose=propose, usage=run_meter, meters=meters, ledger=led, owns_ledger=owns_ledger,
         executor=executor, owns_executor=owns_executor, blast_radius=stored_blast,
-        governor=governor, stops=StopRules(config),
+        governor=governor, stops=StopRules(config), remote=remote,
+        pool=DaemonPool(config.n_workers, name="agentdescent-driver") if remote else executor,
     )
     env.evaluator = RolloutEvaluator(env, held_out, cheap_tasks)
     factory = config.aggregator_factory if config.aggregator_factory is not None else Aggregator
@@ -987,9 +1336,16 @@ def open_run(config: RunConfig) -> RunEnv:
 
 
 def close_run(env: RunEnv) -> None:
-    """Release what the run opened itself: its pool (running calls are abandoned), its ledger, its bar."""
+    """Release what the run opened itself: its pools (running calls are abandoned), its ledger, its bar.
+
+    Calls still waited for on another executor are cancelled there by their waiting
+    threads; the caller's executor itself is left open.
+    """
+    env.closed = True
     if env.owns_executor:
         env.executor.shutdown(wait=False, cancel_futures=True)
+    if env.pool is not None and env.pool is not env.executor:
+        env.pool.shutdown(wait=False, cancel_futures=True)
     if env.owns_ledger:
         env.ledger.close()
     if env.bar is not None:
@@ -1016,14 +1372,7 @@ class RolloutEvaluator(Evaluator):
         with self._lock:
             missing = [t for t in tasks if (digest, t.id) not in self._cache]
         if missing:
-            rendered = self.env.strategy.render(state)
-
-            def one(task: Task) -> float:
-                out = self.env.call(self.env.solve, rendered, task, what=f"evaluation on task {task.id!r}",
-                                    phase="evaluation")
-                return self.env.score(task, out)
-
-            scores = self.env.map(one, missing, stop_on_failure=True)
+            scores = self.env.score_tasks(self.env.strategy.render(state), missing)
             with self._lock:
                 for t, s in zip(missing, scores):
                     if isinstance(s, float):
@@ -1078,9 +1427,8 @@ def rollout_step(env: RunEnv, worker_id: int, task: Task, version: int, state: M
     """
     rendered = env.strategy.render(state)
     tokens_before = thread_tokens()
-    output = env.call(env.solve, rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}",
-                      phase="rollout", worker=worker_id)
-    reward = env.score(task, output)
+    output, reward = env.solve_and_score(rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}",
+                                         phase="rollout", worker=worker_id)
     env.counters.add("rollouts")
     env.groups.add(version, reward)
     tokens = thread_tokens() - tokens_before
@@ -1131,10 +1479,11 @@ def card_step(env: RunEnv, rollout: Rollout) -> EvidenceCard | None:
         if env.config.self_verify:
             if card.allocated:
                 patched = env.strategy.render(diff.apply(rollout.state))
-                out = env.call(env.solve, patched, task,
-                               what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",
-                               phase="self_verify", worker=rollout.worker_id)
-                card.before_after_delta = env.score(task, out) - rollout.reward
+                _, verified = env.solve_and_score(
+                    patched, task, what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",
+                    phase="self_verify", worker=rollout.worker_id,
+                )
+                card.before_after_delta = verified - rollout.reward
                 card.self_verified = True
                 env.counters.add("self_verify_rollouts")
             else:

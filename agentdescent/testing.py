@@ -47,7 +47,9 @@ class FakeProvider:
 
     Args:
         handler: ``handler(messages, **options) -> str | Completion``; it receives only
-            the options that carry a value.
+            the options that carry a value. A returned `Completion`'s ``finish_reason``
+            and ``tool_calls`` are passed through (return ``finish_reason="length"`` to
+            simulate a reply cut off by the per-call limit).
         usage: the meter every call records into; a new one if ``None``.
 
     Attributes:
@@ -98,10 +100,12 @@ class FakeProvider:
         with self._lock:
             self.requests.append({"messages": copied, "options": dict(opts)})
         result = self.handler([dict(m) for m in copied], **opts)
+        finish_reason, tool_calls = None, ()
         if isinstance(result, str):
             text, call = result, None
         elif isinstance(result, Completion):
             text, call = result.text, result.usage
+            finish_reason, tool_calls = result.finish_reason, tuple(result.tool_calls)
         else:
             raise TypeError(
                 f"FakeProvider: the handler returned a {type(result).__name__}; return "
@@ -110,7 +114,7 @@ class FakeProvider:
         if call is None:
             call = Usage(estimate_tokens(messages_to_prompt(copied)), estimate_tokens(text), 0, 1)
         self.usage.add(call)
-        return Completion(text, call)
+        return Completion(text, call, finish_reason, tool_calls)
 
 
 # --------------------------------------------------------------------------- prefix caching

@@ -588,15 +588,6 @@ def test_self_verify_off_runs_no_self_verify_rollouts():
     assert all(r.stop_reason in STOP_REASONS for r in (on, off))
 
 
-def test_a_process_pool_executor_is_refused_with_the_reason():
-    import concurrent.futures
-
-    from agentdescent.domains.router import RouterDomain
-
-    with concurrent.futures.ProcessPoolExecutor(1) as pool, pytest.raises(ValueError, match="ThreadPoolExecutor"):
-        evolve(**RouterDomain().evolve_kwargs(), rounds=1, executor=pool)
-
-
 def test_cards_carry_their_own_token_cost_whatever_the_concurrency():
     import agentdescent.aggregator as aggregator_module
     from agentdescent.domains.router import RouterDomain
