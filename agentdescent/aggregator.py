@@ -21,7 +21,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .acceptance import (
     AcceptanceDecision,
@@ -366,6 +366,25 @@ class Aggregator:
         """Held-out scores of the current head (cached per version)."""
         version, state = self.ledger.head(artifact_id)
         return self._scores_of_head(artifact_id, version, state)
+
+    def pool_state(self) -> list[dict[str, Any]]:
+        """The evidence pool, JSON-ready, oldest first (saved with a run's progress)."""
+        return [
+            {"card": e.card.to_json(), "retries": e.retries, "rejected_on": e.rejected_on, "stale": e.stale}
+            for e in self._pool
+        ]
+
+    def restore_pool(self, entries: Sequence[Mapping[str, Any]], tasks: Mapping[str, Task]) -> None:
+        """Put back a `pool_state` (a resumed run draws on what the killed one had pooled)."""
+        self._pool.extend(
+            _PoolEntry(EvidenceCard.from_json(e["card"], tasks), retries=int(e["retries"]),
+                       rejected_on=e["rejected_on"], stale=bool(e["stale"]))
+            for e in entries
+        )
+
+    def remember_head_scores(self, artifact_id: str, version: int, scores: Sequence[float]) -> None:
+        """Cache held-out scores of ``version`` measured earlier (a resumed run's head)."""
+        self._head_scores[(artifact_id, version)] = [float(s) for s in scores]
 
     def cached_head_scores(self, artifact_id: str, version: int) -> list[float] | None:
         """Held-out scores of ``version`` if this aggregator already measured it, else None (no spend)."""

@@ -119,6 +119,17 @@ class AllocatorPolicy(Protocol):
         """Counters for the run's budget summary (``result.budget["allocator"]``); default none."""
         return {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the allocator has learned, JSON-ready, for a resumed run; default nothing.
+
+        The engines save it with the run's progress after every round and hand it back
+        to `load_state_dict` when the run resumes, so a resumed run keeps what it learned.
+        """
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned (the default ignores it)."""
+
 
 def _sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-z))
@@ -294,6 +305,30 @@ class ValueBudgetAllocator(AllocatorPolicy):
                 # observed commit rate n_committed / n_observed (calibration at a glance)
                 "mean_predicted_value": self._predicted_sum / self.n_decisions if self.n_decisions else None,
             }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The model's weights, the counters and the private RNG's state (JSON-ready)."""
+        with self._lock:
+            version, internal, gauss = self._rng.getstate()
+            return {
+                "weights": list(self.model.weights), "bias": self.model.bias,
+                "n_updates": self.model.n_updates, "n_observed": self.n_observed,
+                "n_skipped": self.n_skipped, "n_counterfactual": self.n_counterfactual,
+                "n_committed": self.n_committed, "n_decisions": self.n_decisions,
+                "predicted_sum": self._predicted_sum, "rng": [version, list(internal), gauss],
+            }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a `state_dict`: the resumed allocator decides as the saved one would have."""
+        with self._lock:
+            self.model.weights = [float(w) for w in state["weights"]]
+            self.model.bias = float(state["bias"])
+            self.model.n_updates = int(state["n_updates"])
+            for name in ("n_observed", "n_skipped", "n_counterfactual", "n_committed", "n_decisions"):
+                setattr(self, name, int(state[name]))
+            self._predicted_sum = float(state["predicted_sum"])
+            version, internal, gauss = state["rng"]
+            self._rng.setstate((version, tuple(internal), gauss))
 
     def __repr__(self) -> str:
         return (

@@ -39,7 +39,6 @@ from .runtime import (
     Rollout,
     RunConfig,
     RunEnv,
-    TaskCycle,
     card_step,
     close_run,
     drive,
@@ -92,7 +91,7 @@ class _AsyncRun:
         self.merge_steps = 0
         self.admission_stop: str | None = None  # why admission closed, once it has
         self.fatal: BaseException | None = None  # raised in a worker: ends the run
-        self.cycle = TaskCycle(env.train, env.config.seed)
+        self.cycle = env.cycle
 
     # ------------------------------------------------------------------ admission
 
@@ -301,6 +300,7 @@ def async_evolve(
     failure_limit: int = 3,
     clock: Clock | None = None,
     stratify: str | None = None,
+    resume: bool = True,
 ) -> EvolutionResult:
     """Evolve an artifact without round barriers: workers stream cards to one merger.
 
@@ -369,6 +369,7 @@ def async_evolve(
         failure_limit: see `evolve`.
         clock: see `evolve`.
         stratify: see `evolve`.
+        resume: see `evolve` (``max_rollouts`` and ``max_seconds`` count for this call).
 
     Returns:
         The `EvolutionResult`; ``counters`` adds ``sweeps``,

@@ -202,6 +202,17 @@ class BudgetGovernor:
             return False
         return recent < self.efficiency_floor * early
 
+    def state_dict(self) -> dict[str, Any]:
+        """The per-round spend and the reward trace, for a resumed run (JSON-ready)."""
+        with self._lock:
+            return {"round_spend": list(self._round_spend), "rewards": [list(r) for r in self._rewards]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict`: the projection and the diminishing-returns test go on from it."""
+        with self._lock:
+            self._round_spend = [int(x) for x in state.get("round_spend", [])]
+            self._rewards = [(int(t), float(r)) for t, r in state.get("rewards", [])]
+
     def summary(self) -> dict[str, Any]:
         """The governor's state and counters, JSON-ready."""
         with self._lock:

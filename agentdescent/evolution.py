@@ -32,7 +32,6 @@ from .runtime import (
     Rollout,
     RunConfig,
     RunEnv,
-    TaskCycle,
     card_step,
     close_run,
     drive,
@@ -95,6 +94,7 @@ def evolve(
     failure_limit: int = 3,
     clock: Clock | None = None,
     stratify: str | None = None,
+    resume: bool = True,
 ) -> EvolutionResult:
     """Evolve an artifact with parallel workers that merge through a versioned ledger.
 
@@ -145,7 +145,8 @@ def evolve(
         fusion_tournament: overrides ``agg_config.fusion_tournament``.
         cheap_eval_tasks: size of (or the tasks of) the cheap scoring subset.
         allocator: a learning allocator consulted by the budget governor.
-        ledger: a path (SQLite, resumed if it exists), a Ledger, or None (in memory).
+        ledger: a path (SQLite, resumed if it exists: see ``resume``), a Ledger, or None
+            (in memory).
         usage: a meter that also receives every token the run records (``result.usage``
             is the run's own meter, counting this run only).
         executor: a ``concurrent.futures.Executor`` for the run's calls (default: a pool
@@ -170,6 +171,11 @@ def evolve(
             self-verify, evaluation) that end the run with ``error`` set.
         stratify: a ``task.meta`` key: split each of its values on its own, so every
             category is on both sides of the split (see `agentdescent.runtime.split_tasks`).
+        resume: on a ledger that holds this run's saved progress (a SQLite path run
+            before, even one killed mid-run), continue it: round numbering, spend
+            (``max_tokens`` counts what was already spent), history, counters, stop-rule,
+            allocator and task-order state come back and ``rounds`` more rounds run.
+            False starts the counters over on the same artifact head.
         clock: the time source for ``max_seconds`` (default `time.monotonic`;
             `agentdescent.testing.ManualClock` in tests).
 
@@ -218,7 +224,7 @@ def evolve(
 def _run_rounds(env: RunEnv, rounds: int, refresh_interval: int) -> str:
     """Run up to ``rounds`` rounds; return the stop reason."""
     aid = env.artifact_id
-    cycle = TaskCycle(env.train, env.config.seed)
+    cycle = env.cycle
     snapshots: dict[int, tuple[int, dict[str, str]]] = {}
     admitted = 0
     for index in range(1, rounds + 1):
@@ -226,7 +232,7 @@ def _run_rounds(env: RunEnv, rounds: int, refresh_interval: int) -> str:
         if reason is not None:
             return reason
         for w in range(env.n_workers):
-            if index == 1 or (index - 1 + w) % refresh_interval == 0:
+            if index == 1 or (env.resumed_rounds + index - 1 + w) % refresh_interval == 0:
                 snapshots[w] = env.ledger.head(aid)
         left = env.stops.rollouts_left(admitted)
         workers = range(env.n_workers if left is None else min(env.n_workers, left))

@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .types import CASConflict, ContractError, LedgerError
 
-__all__ = ["CASConflict", "Ledger", "LedgerEntry", "MemoryLedger", "SqliteLedger"]
+__all__ = ["CASConflict", "Ledger", "LedgerEntry", "MemoryLedger", "RunStateStore", "SqliteLedger"]
 
 logger = logging.getLogger("agentdescent.ledger")
 
@@ -273,6 +273,27 @@ class _Record:
     entries: list[LedgerEntry]
 
 
+@runtime_checkable
+class RunStateStore(Protocol):
+    """Where a run keeps its progress between processes: the library side of resume.
+
+    The engines save one JSON object per run (keyed by the artifact id) after every
+    round or sweep, and read it back when a run opens on a ledger that already holds it
+    (`agentdescent.runtime.open_run`): round numbering, spend, stop-rule, allocator and
+    task-order state continue instead of starting over. Both shipped ledgers implement
+    it; a third-party `Ledger` without it simply runs without resume. Called from the
+    merging thread only.
+    """
+
+    def save_run_state(self, run_id: str, state: Mapping[str, Any]) -> None:
+        """Replace the run's saved progress with ``state`` (a JSON-ready mapping), atomically."""
+        ...
+
+    def load_run_state(self, run_id: str) -> dict[str, Any] | None:
+        """The run's saved progress, or None if it never saved any."""
+        ...
+
+
 class MemoryLedger:
     """A `Ledger` held in a dict behind one lock, for tests and throwaway runs.
 
@@ -284,6 +305,19 @@ class MemoryLedger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._records: dict[str, _Record] = {}
+        self._run_states: dict[str, str] = {}
+
+    def save_run_state(self, run_id: str, state: Mapping[str, Any]) -> None:
+        """Keep the run's progress (as JSON text, so what comes back is a copy)."""
+        text = json.dumps(dict(state), sort_keys=True)
+        with self._lock:
+            self._run_states[run_id] = text
+
+    def load_run_state(self, run_id: str) -> dict[str, Any] | None:
+        """The run's saved progress, or None."""
+        with self._lock:
+            text = self._run_states.get(run_id)
+        return None if text is None else json.loads(text)
 
     def __repr__(self) -> str:
         return f"MemoryLedger(artifacts={len(self._records)})"
@@ -411,6 +445,10 @@ _CREATE_SCHEMA = (
     " meta_json TEXT NOT NULL,"
     " created_at REAL NOT NULL,"
     " PRIMARY KEY (artifact_id, version))",
+    "CREATE TABLE IF NOT EXISTS run_state ("
+    " run_id TEXT PRIMARY KEY,"
+    " state_json TEXT NOT NULL,"
+    " updated_at REAL NOT NULL)",
 )
 
 
@@ -961,6 +999,45 @@ class SqliteLedger:
             )
             for version, state_json, meta_json in rows
         ]
+
+    def save_run_state(self, run_id: str, state: Mapping[str, Any]) -> None:
+        """Replace the run's saved progress in one transaction (JSON, never pickle).
+
+        Raises:
+            LedgerError: the file cannot be written.
+        """
+        text = json.dumps(dict(state), sort_keys=True)
+        conn = self._conn()
+        with self._translate(f"saving the run state of {run_id!r}"):
+            conn.execute(
+                "INSERT INTO run_state (run_id, state_json, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(run_id) DO UPDATE SET state_json = excluded.state_json, "
+                "updated_at = excluded.updated_at",
+                (run_id, text, time.time()),
+            )
+
+    def load_run_state(self, run_id: str) -> dict[str, Any] | None:
+        """The run's saved progress, or None if it never saved any.
+
+        Raises:
+            LedgerError: the saved progress is not a JSON object (names the file and the fix).
+        """
+        conn = self._conn()
+        with self._translate(f"reading the run state of {run_id!r}"):
+            row = conn.execute("SELECT state_json FROM run_state WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            return None
+        try:
+            state = json.loads(row[0])
+        except ValueError as exc:
+            state = exc
+        if not isinstance(state, dict):
+            raise LedgerError(
+                f"ledger file {str(self._path)!r}: the saved progress of run {run_id!r} is not a "
+                f"JSON object ({state}); the artifact's versions are intact: open the file with a "
+                "new artifact_id, or delete the run_state row to start the run's counters over"
+            )
+        return state
 
     def blast_radius(self, artifact_id: str) -> float:
         """Return the blast radius given to ``register``.

@@ -76,7 +76,7 @@ from .aggregator import Aggregator, AggregatorConfig, Evaluator
 from .allocator import AllocatorPolicy, pre_spend_context
 from .budget import BudgetGovernor
 from .governance import ArtifactInfo, Layer, classify
-from .ledger import Ledger, MemoryLedger, SqliteLedger
+from .ledger import Ledger, MemoryLedger, RunStateStore, SqliteLedger
 from .model import (
     Usage,
     recording,
@@ -271,6 +271,9 @@ class RunConfig:
             `ProviderError` (providers retry on their own).
         failure_limit: failed calls in a row of one phase that end the run.
         clock: the time source (None: `time.monotonic`).
+        resume: on a ledger that holds this run's saved progress, continue it (round
+            numbering, spend, history, stop-rule, allocator and task-order state); False
+            starts the counters over on the same artifact head.
     """
 
     tasks: Sequence[Task]
@@ -310,6 +313,7 @@ class RunConfig:
     call_attempts: int = 3
     failure_limit: int = 3
     clock: Clock | None = None
+    resume: bool = True
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any], **overrides: Any) -> RunConfig:
@@ -765,6 +769,18 @@ class GroupTracker:
         with self._lock:
             self._groups.setdefault(version, collections.deque(maxlen=self._keep)).append(reward)
 
+    def state_dict(self, versions: int = 8) -> dict[str, list[float]]:
+        """The groups of the newest ``versions`` versions, JSON-ready (older ones are done)."""
+        with self._lock:
+            keep = sorted(self._groups)[-versions:]
+            return {str(v): list(self._groups[v]) for v in keep}
+
+    def load_state_dict(self, state: Mapping[str, Sequence[float]]) -> None:
+        """Put back a `state_dict`."""
+        with self._lock:
+            for v, rewards in state.items():
+                self._groups[int(v)] = collections.deque((float(r) for r in rewards), maxlen=self._keep)
+
     def advantage(self, version: int, reward: float) -> float:
         """``(reward - mean) / std`` over the version's group; 0.0 when it has no spread."""
         with self._lock:
@@ -792,6 +808,20 @@ class TaskCycle:
                 self._order = list(self._train)
                 self._rng.shuffle(self._order)
             return self._order.pop()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the walk stands (the RNG's state and the epoch's tasks still to come), JSON-ready."""
+        with self._lock:
+            version, internal, gauss = self._rng.getstate()
+            return {"rng": [version, list(internal), gauss], "order": [t.id for t in self._order]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on from a saved `state_dict` (tasks no longer in the train set are skipped)."""
+        by_id = {t.id: t for t in self._train}
+        with self._lock:
+            version, internal, gauss = state["rng"]
+            self._rng.setstate((version, tuple(internal), gauss))
+            self._order = [by_id[i] for i in state["order"] if i in by_id]
 
 
 class StopRules:
@@ -899,6 +929,8 @@ class RunEnv:
     counters: _Counters = field(default_factory=_Counters)
     groups: GroupTracker = field(default_factory=GroupTracker)
     history: list[RoundInfo] = field(default_factory=list)
+    cycle: TaskCycle | None = None
+    resumed_rounds: int = 0
     initial_reward: float | None = None
     last_reward: float | None = None
     last_error: BaseException | None = None
@@ -1236,10 +1268,12 @@ class RunEnv:
         """
         while True:
             try:
-                self.initial_reward = self.last_reward = self.head_reward()
+                self.last_reward = self.head_reward()
             except BackendFailure:
                 continue
-            return self.initial_reward
+            if self.initial_reward is None:  # a resumed run keeps its first measurement
+                self.initial_reward = self.last_reward
+            return self.last_reward
 
     def merge(self) -> tuple[list[MergeReport], float]:
         """One aggregator step and the head's held-out reward.
@@ -1328,6 +1362,11 @@ def open_run(config: RunConfig) -> RunEnv:
             "agentdescent.Aggregator (subclass it to change a step of the pipeline)"
         )
     env.aggregator = aggregator
+    env.cycle = TaskCycle(train, config.seed)
+    if config.resume and isinstance(led, RunStateStore):
+        saved = led.load_run_state(config.artifact_id)
+        if saved is not None and saved.get("format") == RUN_STATE_FORMAT:
+            _restore_progress(env, saved)
     if config.progress:
         from tqdm.auto import tqdm
 
@@ -1383,6 +1422,13 @@ class RolloutEvaluator(Evaluator):
                 raise failure
         with self._lock:
             return [self._cache[(digest, t.id)] for t in tasks]
+
+    def remember(self, state: Mapping[str, str], tasks: Sequence[Task], scores: Sequence[float]) -> None:
+        """Seed the cache with scores measured earlier (a resumed run's head)."""
+        digest = stable_hash(sorted(state.items()))
+        with self._lock:
+            for task, score in zip(tasks, scores):
+                self._cache[(digest, task.id)] = float(score)
 
     def held_out(self, artifact_id: str, state: Mapping[str, str]) -> list[float]:
         """Per-task rewards of ``state`` on the held-out tasks (in their fixed order)."""
@@ -1523,6 +1569,7 @@ def merge_and_record(env: RunEnv, *, rollouts: int, cards: Sequence[EvidenceCard
     env._tokens_mark, env._failures_mark = total, failures
     env.history.append(info)
     env.governor.end_round(info.tokens)
+    save_progress(env)
     logger.info("%s %d: held-out %.3f, %d commit(s), %d token(s)", env.unit, info.index, held, info.committed, info.tokens)
     if env.config.on_round is not None:
         env.config.on_round(info)
@@ -1530,6 +1577,81 @@ def merge_and_record(env: RunEnv, *, rollouts: int, cards: Sequence[EvidenceCard
         env.bar.update(1)
         env.bar.set_postfix(reward=f"{held:.3f}", commits=sum(h.committed for h in env.history))
     return info
+
+
+RUN_STATE_FORMAT = "agentdescent-run-state/1"
+
+
+def save_progress(env: RunEnv) -> None:
+    """Save the run's progress in its ledger (a `RunStateStore`), keyed by the artifact id.
+
+    Called after every round or sweep, so a run killed at any instant loses at most the
+    round in flight. What is saved: every `RoundInfo`, the run meter, the first and last
+    held-out rewards, the stop rules' best and patience count, the task walk, the
+    governor's and the allocator's learned state, the counters, and the head's per-task
+    held-out scores (so a resumed run does not pay to evaluate its head again).
+    """
+    if not (env.config.resume and isinstance(env.ledger, RunStateStore)):
+        return
+    aid = env.artifact_id
+    version, _ = env.ledger.head(aid)
+    head_scores = env.aggregator.cached_head_scores(aid, version)
+    snap = env.usage.snapshot()
+    state = {
+        "format": RUN_STATE_FORMAT,
+        "history": [h.to_json() for h in env.history],
+        "usage": {**snap, "phases": env.usage.by_phase()},
+        "initial_reward": env.initial_reward, "last_reward": env.last_reward,
+        "stop": {"best": env.stops.best if math.isfinite(env.stops.best) else None,
+                 "since_best": env.stops.since_best},
+        "cycle": env.cycle.state_dict() if env.cycle is not None else None,
+        "governor": env.governor.state_dict(),
+        "allocator": env.config.allocator.state_dict() if env.config.allocator is not None else None,
+        "counters": env.counters.as_dict(),
+        "merge_counters": dict(env.aggregator.counters),
+        "eta_histogram": {str(k): v for k, v in env.aggregator.eta_histogram.items()},
+        "pool": env.aggregator.pool_state(),
+        "groups": env.groups.state_dict(),
+        "head": {"version": version, "held_out": [t.id for t in env.held_out], "scores": head_scores},
+    }
+    env.ledger.save_run_state(aid, state)
+
+
+def _restore_progress(env: RunEnv, saved: Mapping[str, Any]) -> None:
+    """Continue a run from `save_progress`'s state (see it for what comes back)."""
+    env.history = [RoundInfo.from_json(h) for h in saved["history"]]
+    env.resumed_rounds = len(env.history)
+    snap = saved["usage"]
+    meter = Usage(snap["prompt_tokens"], snap["completion_tokens"], snap["cached_tokens"], snap["calls"],
+                  cache_write_tokens=snap.get("cache_write_tokens", 0))
+    meter._phases.update({str(k): int(v) for k, v in snap.get("phases", {}).items()})
+    env.usage = meter
+    env.meters = (meter, *env.meters[1:])
+    env._tokens_mark = meter.total_tokens
+    env.counters._c.update({str(k): int(v) for k, v in saved.get("counters", {}).items()})
+    env._failures_mark = env.counters.get("backend_failures")
+    env.aggregator.counters.update(saved.get("merge_counters", {}))
+    env.aggregator.eta_histogram.update({int(k): int(v) for k, v in saved.get("eta_histogram", {}).items()})
+    env.aggregator.restore_pool(saved.get("pool", []), {t.id: t for t in env.config.tasks})
+    env.groups.load_state_dict(saved.get("groups", {}))
+    env.initial_reward, env.last_reward = saved.get("initial_reward"), saved.get("last_reward")
+    stop = saved.get("stop") or {}
+    env.stops.best = stop["best"] if stop.get("best") is not None else -math.inf
+    env.stops.since_best = int(stop.get("since_best", 0))
+    if saved.get("cycle") and env.cycle is not None:
+        env.cycle.load_state_dict(saved["cycle"])
+    env.governor.load_state_dict(saved.get("governor") or {})
+    env.governor.spend(meter.total_tokens)
+    if env.config.allocator is not None and saved.get("allocator") is not None:
+        env.config.allocator.load_state_dict(saved["allocator"])
+    head = saved.get("head") or {}
+    version, state = env.ledger.head(env.artifact_id)
+    if (head.get("scores") is not None and head.get("version") == version
+            and head.get("held_out") == [t.id for t in env.held_out]):
+        env.aggregator.remember_head_scores(env.artifact_id, version, head["scores"])
+        env.evaluator.remember(state, env.held_out, head["scores"])
+    logger.info("resuming run %r after %d round(s): %d token(s) already spent",
+                env.artifact_id, env.resumed_rounds, meter.total_tokens)
 
 
 def _summarize(reports: Sequence[MergeReport]) -> dict[str, int]:
@@ -1586,6 +1708,8 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
         env.history[-1].tokens += total - env._tokens_mark
         env._tokens_mark = total
     env.governor.spend(total)
+    if env.history:
+        save_progress(env)
     counters: dict[str, Any] = dict(env.counters.as_dict())
     counters.update({f"merge_{k}": v for k, v in sorted(env.aggregator.counters.items())})
     counters["eta_histogram"] = {str(k): v for k, v in sorted(env.aggregator.eta_histogram.items())}

@@ -312,6 +312,26 @@ class EvidenceCard:
     self_verified: bool = False
     allocated: bool = True
 
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the trajectory tasks by id)."""
+        return {
+            "diff": self.diff.to_json(), "base_version": dict(self.base_version),
+            "before_after_delta": self.before_after_delta, "advantage": self.advantage,
+            "trajectory_refs": [t.id for t in self.trajectory_refs], "cost_tokens": self.cost_tokens,
+            "self_verified": self.self_verified, "allocated": self.allocated,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], tasks: Mapping[str, Task]) -> EvidenceCard:
+        """Rebuild a card from `to_json` output; ``tasks`` maps ids back to tasks (unknown ids drop)."""
+        return cls(
+            diff=Diff.from_json(data["diff"]), base_version={str(k): int(v) for k, v in data["base_version"].items()},
+            before_after_delta=data["before_after_delta"], advantage=data["advantage"],
+            trajectory_refs=[tasks[i] for i in data["trajectory_refs"] if i in tasks],
+            cost_tokens=int(data["cost_tokens"]), self_verified=bool(data["self_verified"]),
+            allocated=bool(data["allocated"]),
+        )
+
 
 class MergeOutcome(str, enum.Enum):
     """How one merge decision ended."""

@@ -263,12 +263,17 @@ def test_resume_from_a_ledger_file_continues_the_version_sequence(tmp_path):
     assert first.committed > 0 and first.version == 1 + first.committed
 
     second = evolve(**router_kwargs(), rounds=4, ledger=str(path), artifact_id="router", seed=1)
-    committed = [r.committed_version for h in second.history for r in h.reports
+    # the run's progress came back with the head: numbering, history and spend continue
+    assert [h.index for h in second.history] == list(range(1, 9))
+    assert [h.to_json() for h in second.history[:4]] == [h.to_json() for h in first.history]
+    assert second.usage.total_tokens > first.usage.total_tokens
+    assert second.initial_reward == pytest.approx(first.initial_reward)
+    new_rounds = second.history[len(first.history):]
+    committed = [r.committed_version for h in new_rounds for r in h.reports
                  if r.outcome is MergeOutcome.COMMITTED]
     assert committed, "the resumed run should commit"
     assert committed == list(range(first.version + 1, first.version + 1 + len(committed)))
-    assert second.version == first.version + second.committed
-    assert second.initial_reward == pytest.approx(first.final_reward)
+    assert second.version == first.version + len(committed)
 
     ledger = SqliteLedger(path)
     try:
@@ -278,6 +283,26 @@ def test_resume_from_a_ledger_file_continues_the_version_sequence(tmp_path):
         assert history[-1].state == second.state
     finally:
         ledger.close()
+
+
+def test_resume_false_starts_the_counters_over_on_the_same_head(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    first = evolve(**router_kwargs(), rounds=3, ledger=path, artifact_id="router")
+    again = evolve(**router_kwargs(), rounds=2, ledger=path, artifact_id="router", resume=False)
+    assert [h.index for h in again.history] == [1, 2]
+    assert again.initial_reward == pytest.approx(first.final_reward)
+    assert again.version >= first.version
+
+
+def test_split_runs_on_one_ledger_end_where_one_long_run_does(tmp_path):
+    """Kill-and-resume makes the same progress per round: 4 x 3 rounds == 12 rounds."""
+    whole = evolve(**router_kwargs(), rounds=12, ledger=tmp_path / "whole.sqlite")
+    for _ in range(4):
+        part = evolve(**router_kwargs(), rounds=3, ledger=tmp_path / "parts.sqlite")
+    assert part.state == whole.state and part.version == whole.version
+    assert [h.held_out_reward for h in part.history] == [h.held_out_reward for h in whole.history]
+    # only the evaluator's per-process cache is recomputed (the head's scores are saved)
+    assert whole.usage.total_tokens <= part.usage.total_tokens <= 1.1 * whole.usage.total_tokens
 
 
 def test_resume_ignores_a_new_initial_state(tmp_path):
