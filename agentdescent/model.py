@@ -247,6 +247,8 @@ class Usage:
         Neither counted by `thread_tokens` nor forwarded to the run meters, so an agent
         that keeps its own meter beside its provider's does not count a call twice.
         """
+        if any(sink is self for sink in getattr(_LOCAL, "sinks", ())):
+            return  # the engine already forwards every recorded call to this meter
         snap = other.snapshot()
         phase = getattr(_LOCAL, "phase", None) or "other"
         self._add((snap["prompt_tokens"], snap["completion_tokens"], snap["cached_tokens"],

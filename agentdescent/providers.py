@@ -40,6 +40,7 @@ from .types import ProviderError, sanitize_text
 
 __all__ = [
     "PROVIDER_OPTIONS",
+    "TOKEN_LIMIT_PARAMS",
     "AnthropicProvider",
     "CallableProvider",
     "OpenAICompatibleProvider",
@@ -78,6 +79,15 @@ _CONNECT_RETRIES = 2
 _CONNECT_BACKOFF = 0.25
 #: More tokens than any one call can use; a reported count above it is a server bug.
 _MAX_REPORTED_TOKENS = 1_000_000_000
+
+#: The request fields an OpenAI-compatible per-call limit can be sent as.
+TOKEN_LIMIT_PARAMS = ("max_tokens", "max_completion_tokens")
+#: OpenAI reasoning models (o1, o3-mini, o4-mini, gpt-5...) reject ``max_tokens`` and
+#: want ``max_completion_tokens``; other servers (llama-cpp-python, for one) ignore
+#: ``max_completion_tokens`` silently, so it is sent only for these names by default.
+_REASONING_MODEL = re.compile(r"^(?:[\w.-]+/)?(?:o\d|gpt-5)", re.IGNORECASE)
+#: A version segment in an API root: /v1, /v4, /v1beta...
+_VERSION_SEGMENT = re.compile(r"/v\d+[a-z0-9]*(?:/|$)", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- errors
@@ -210,7 +220,9 @@ def check_options(options: Mapping[str, Any], owner: str) -> dict[str, Any]:
 
     Raises:
         TypeError: an option name is not one of ``model``, ``tools``, ``max_tokens``,
-            ``temperature``.
+            ``temperature``; ``max_tokens`` is not an int or ``temperature`` not a number.
+        ValueError: ``max_tokens`` < 1 (a server may read 0 as "no limit") or
+            ``temperature`` < 0.
     """
     unknown = sorted(set(options) - PROVIDER_OPTIONS)
     if unknown:
@@ -218,7 +230,27 @@ def check_options(options: Mapping[str, Any], owner: str) -> dict[str, Any]:
             f"{owner}.complete() got unknown option(s) {', '.join(map(repr, unknown))}; "
             f"the options are {', '.join(sorted(PROVIDER_OPTIONS))}"
         )
-    return {k: v for k, v in options.items() if v is not None}
+    given = {k: v for k, v in options.items() if v is not None}
+    limit = given.get("max_tokens")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(
+                f"{owner}.complete(max_tokens={limit!r}): max_tokens is the per-call limit on "
+                "the reply's length in tokens; use an int > 0"
+            )
+        if limit < 1:
+            # llama.cpp servers read 0 (and negatives) as "no limit": never send one
+            raise ValueError(
+                f"{owner}.complete(max_tokens={limit!r}): max_tokens is the per-call limit on "
+                "the reply's length in tokens; use an int > 0 (or None for the default)"
+            )
+    temperature = given.get("temperature")
+    if temperature is not None:
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            raise TypeError(f"{owner}.complete(temperature={temperature!r}): use a number >= 0")
+        if not 0 <= temperature < float("inf"):
+            raise ValueError(f"{owner}.complete(temperature={temperature!r}): use a number >= 0")
+    return given
 
 
 def _content_text(content: Any) -> str:
@@ -412,6 +444,15 @@ def _token_count(value: Any) -> int | None:
     return count if 0 <= count <= _MAX_REPORTED_TOKENS else None
 
 
+def _takes_keyword(fn: Any, name: str) -> bool:
+    """Does ``fn`` take ``name`` as a keyword (by name, or through ``**kwargs``)?"""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 class _Failure(NamedTuple):
     """One failed attempt, classified while the SDK exception was live.
 
@@ -525,6 +566,9 @@ class _SDKProvider:
     def _read(self, response: Any, model: str) -> _Reply:
         raise NotImplementedError
 
+    def _check(self, opts: Mapping[str, Any]) -> None:
+        """Refuse, before anything is sent, an option value this API cannot take."""
+
     # -- the call ----------------------------------------------------------------------
 
     def complete(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Completion:
@@ -546,7 +590,9 @@ class _SDKProvider:
             The reply text, a per-call `Usage`, the finish reason and the tool calls.
 
         Raises:
-            TypeError: an unknown option or a malformed message list.
+            TypeError: an unknown option, an option of the wrong type, or a malformed
+                message list.
+            ValueError: ``max_tokens`` < 1, or a ``temperature`` outside the API's range.
             ProviderAuthError: the key was rejected.
             ProviderBadRequestError: the request was rejected as invalid.
             ProviderRateLimitError: 429s outlasted the retry bound.
@@ -556,6 +602,7 @@ class _SDKProvider:
         """
         owner = type(self).__name__
         opts = check_options(options, owner)
+        self._check(opts)
         msgs = _check_messages(messages, owner)
         model = opts.pop("model", self.model)
         response, attempts = self._with_retries(lambda: self._send(msgs, model, opts), model)
@@ -736,10 +783,11 @@ class _SDKProvider:
                 **fields,
             )
         if kind == "bad":
+            hint = self._bad_request_hint(status, failure.detail)
             return ProviderBadRequestError(
-                f"{where} rejected the request (HTTP {status}){said}; check the model "
-                "name, the messages and the options (not retried: resending the same "
-                "request cannot help)",
+                f"{where} rejected the request (HTTP {status}){said}; "
+                f"{hint or 'check the model name, the messages and the options'} (not "
+                "retried: resending the same request cannot help)",
                 **fields,
             )
         if kind == "sdk":
@@ -779,6 +827,10 @@ class _SDKProvider:
         if kind == "timeout":
             return ProviderTimeoutError(text + " (or raise timeout=)", **fields)
         return ProviderUnavailableError(text, **fields)
+
+    def _bad_request_hint(self, status: int | None, detail: str) -> str | None:
+        """What to change after a 4xx, when the adapter can tell (None: the generic advice)."""
+        return None
 
     def _response_error(self, model: str, problem: str) -> ProviderResponseError:
         return ProviderResponseError(
@@ -853,8 +905,44 @@ class OpenAICompatibleProvider(_SDKProvider):
     _api = "an OpenAI-compatible chat-completions API"
     _key_env = "OPENAI_API_KEY"
 
+    def __init__(self, *, token_limit_param: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if token_limit_param not in (None, *TOKEN_LIMIT_PARAMS):
+            raise ValueError(
+                f"openai_compatible(token_limit_param={token_limit_param!r}): use "
+                "'max_tokens', 'max_completion_tokens', or None (max_completion_tokens for "
+                "OpenAI reasoning model names such as o3-mini or gpt-5, max_tokens otherwise)"
+            )
+        self.token_limit_param = token_limit_param
+
+    def limit_param(self, model: str) -> str:
+        """The request field the per-call ``max_tokens`` option is sent as, for ``model``."""
+        if self.token_limit_param is not None:
+            return self.token_limit_param
+        return "max_completion_tokens" if _REASONING_MODEL.match(model) else "max_tokens"
+
     def _send(self, messages: list[dict[str, Any]], model: str, opts: dict[str, Any]) -> Any:
+        if "max_tokens" in opts:
+            opts = dict(opts)
+            opts[self.limit_param(model)] = opts.pop("max_tokens")
         return self._client.chat.completions.create(model=model, messages=messages, **opts)
+
+    def _bad_request_hint(self, status: int | None, detail: str) -> str | None:
+        if "max_completion_tokens" in detail:
+            return (
+                "this model wants the per-call limit as max_completion_tokens: build the "
+                "provider with openai_compatible(..., token_limit_param='max_completion_tokens')"
+            )
+        if status == 404:
+            path = urllib.parse.urlsplit(self.endpoint).path
+            if not _VERSION_SEGMENT.search(path):
+                return (
+                    f"the base_url has no /v1 ({self.endpoint}): OpenAI-compatible servers "
+                    f"serve the API under /v1, so try base_url='{self.endpoint}/v1'; else "
+                    "check the model name"
+                )
+            return f"check the model name and that base_url ({self.endpoint}) is the API root"
+        return None
 
     def _read(self, response: Any, model: str) -> _Reply:
         choices = getattr(response, "choices", None)
@@ -915,9 +1003,29 @@ class AnthropicProvider(_SDKProvider):
 
     def __init__(self, *, max_tokens: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"anthropic(max_tokens={max_tokens!r}): use a positive int")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(
+                f"anthropic(max_tokens={max_tokens!r}): the default per-call limit on a reply's "
+                "length (the API requires one); use a positive int"
+            )
         self.max_tokens = max_tokens
+        self._typed_temperature = _takes_keyword(self._client.messages.create, "temperature")
+
+    def _check(self, opts: Mapping[str, Any]) -> None:
+        temperature = opts.get("temperature")
+        if temperature is not None and temperature > 1:
+            raise ValueError(
+                f"AnthropicProvider.complete(temperature={temperature!r}): the messages API "
+                "takes a temperature from 0 to 1"
+            )
+
+    def _bad_request_hint(self, status: int | None, detail: str) -> str | None:
+        if status == 404 and urllib.parse.urlsplit(self.endpoint).path.rstrip("/").endswith("/v1"):
+            return (
+                f"the base_url ends in /v1 ({self.endpoint}): the Anthropic SDK adds /v1 "
+                f"itself, so drop it (base_url='{self.endpoint[:-3]}'); else check the model name"
+            )
+        return None
 
     @staticmethod
     def _tool(tool: Any) -> Any:
@@ -952,10 +1060,14 @@ class AnthropicProvider(_SDKProvider):
                         blocks.extend(part or [])
                 kwargs["system"] = blocks
         if "temperature" in opts:
-            # anthropic 2.x has no typed ``temperature`` argument; the value goes in the
-            # body so endpoints that still take it honour it, and one that does not
-            # answers 400 (a ProviderBadRequestError), which is loud, not silent.
-            kwargs["extra_body"] = {"temperature": opts["temperature"]}
+            temperature = opts["temperature"]
+            if self._typed_temperature:
+                kwargs["temperature"] = temperature
+            else:
+                # This SDK's ``create`` has no ``temperature`` argument; its extra body is
+                # merged into the top level of the JSON request, where the messages API
+                # reads ``temperature`` (tests check the wire).
+                kwargs["extra_body"] = {"temperature": temperature}
         if "tools" in opts:
             kwargs["tools"] = [self._tool(t) for t in opts["tools"]]
         return self._client.messages.create(**kwargs)
@@ -1049,6 +1161,7 @@ def openai_compatible(
     seed: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    token_limit_param: str | None = None,
 ) -> OpenAICompatibleProvider:
     """A provider for any OpenAI-compatible chat-completions endpoint.
 
@@ -1060,7 +1173,8 @@ def openai_compatible(
     Args:
         model: the model name the endpoint knows (``"gpt-4o-mini"``, ``"deepseek-chat"``...).
         base_url: the API root including ``/v1`` (e.g. ``"http://127.0.0.1:8000/v1"``);
-            ``None`` means OpenAI (or ``OPENAI_BASE_URL``).
+            ``None`` means OpenAI (or ``OPENAI_BASE_URL``). A 404 from a root without a
+            version segment says to add ``/v1``.
         api_key: the key; ``None`` reads ``OPENAI_API_KEY``. A local server that needs
             no key still wants a value: pass ``api_key="EMPTY"``.
         timeout: seconds per HTTP attempt.
@@ -1080,6 +1194,12 @@ def openai_compatible(
         seed: seed of the provider's own jitter RNG (the global RNG is never used).
         sleep: the wait function (injectable so tests run on virtual time).
         clock: the monotonic clock the time bound reads (injectable with ``sleep``).
+        token_limit_param: the request field the per-call ``max_tokens`` option is sent
+            as: ``"max_tokens"`` or ``"max_completion_tokens"`` (what OpenAI's reasoning
+            models require). ``None`` (the default) picks ``max_completion_tokens`` for
+            OpenAI reasoning model names (``o1``, ``o3-mini``, ``o4-mini``, ``gpt-5``...,
+            with or without a ``vendor/`` prefix) and ``max_tokens`` for every other name,
+            because many compatible servers ignore ``max_completion_tokens`` silently.
 
     Returns:
         An `OpenAICompatibleProvider`.
@@ -1112,6 +1232,7 @@ def openai_compatible(
         sleep=sleep,
         clock=clock,
         connect_errors=connect_errors,
+        token_limit_param=token_limit_param,
     )
 
 
@@ -1145,8 +1266,8 @@ def anthropic(
         base_url: the API root without ``/v1`` (e.g. ``"http://127.0.0.1:8080"``);
             ``None`` means Anthropic (or ``ANTHROPIC_BASE_URL``).
         api_key: the key; ``None`` reads ``ANTHROPIC_API_KEY``.
-        max_tokens: the reply cap when a call does not pass ``max_tokens`` (required by
-            the API).
+        max_tokens: the per-call reply limit when a call does not pass ``max_tokens``
+            (the API requires one).
         timeout: seconds per HTTP attempt.
         max_retries: retries after the first attempt (429, 5xx/529, timeouts, dropped
             connections only). An endpoint that cannot be reached at all gets at most 2

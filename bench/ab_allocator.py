@@ -18,6 +18,12 @@ The harness is built so that it cannot report a win that did not happen:
 Usage::
 
     python bench/ab_allocator.py --max-tokens 300000 --seeds 0,1,2,3,4 --json ab.json --plot ab.png
+    python bench/ab_allocator.py --source jsonl --data bench/data/ab_qa.jsonl --provider openai \
+        --model smollm2-135m --base-url http://127.0.0.1:8090/v1 --api-key local --max-tokens 6000
+
+``--source jsonl --data FILE`` reads one JSON object per line with ``question`` and
+``answer`` (optional ``id``; other keys are ignored) and answers with a real model: fully
+offline against a local server.
 
 Exit codes: 0 done, 2 usage error, 4 every arm failed.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import re
 import statistics
 import sys
@@ -40,10 +47,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from agentdescent import Task, Usage, ValueBudgetAllocator, evolve  # noqa: E402
+from agentdescent import LLMAgent, Task, Usage, ValueBudgetAllocator, evolve  # noqa: E402
 from agentdescent.domains.valuesim import ValueSim  # noqa: E402
 
-__all__ = ["ABReport", "ABRow", "HotpotWorkload", "SimWorkload", "Workload", "main", "run_ab"]
+__all__ = ["ABReport", "ABRow", "HotpotWorkload", "JsonlWorkload", "QAWorkload", "SimWorkload", "Workload",
+           "load_jsonl", "main", "run_ab"]
 
 ARMS = ("off", "on")
 
@@ -272,8 +280,6 @@ class SimWorkload:
     def __init__(self, seed: int, n_workers: int = 2, rounds: int = 400) -> None:
         self.sim = ValueSim(seed=seed)
         cut = int(len(self.sim.tasks) * 0.75)
-        import random
-
         order = list(self.sim.tasks)
         random.Random(f"split-{seed}").shuffle(order)
         self.dev_tasks = order[:cut]
@@ -320,12 +326,79 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
+def _golds(task: Task) -> list[str]:
+    answer = task.meta["answer"]
+    return [str(a) for a in answer] if isinstance(answer, (list, tuple)) else [str(answer)]
+
+
 def exact_match(task: Task, output: str) -> float:
-    """1.0 when the normalised output equals the normalised gold answer."""
-    return 1.0 if normalize_answer(output) == normalize_answer(str(task.meta["answer"])) else 0.0
+    """1.0 when the normalised output equals a normalised gold answer."""
+    out = normalize_answer(output)
+    return 1.0 if any(out == normalize_answer(g) for g in _golds(task)) else 0.0
 
 
-class HotpotWorkload:
+def contains_answer(task: Task, output: str) -> float:
+    """1.0 when a normalised gold answer appears as whole words in the normalised output."""
+    out = f" {normalize_answer(output)} "
+    return 1.0 if any(f" {normalize_answer(g)} " in out for g in _golds(task) if normalize_answer(g)) else 0.0
+
+
+METRICS: dict[str, Callable[[Task, str], float]] = {"exact": exact_match, "contains": contains_answer}
+
+
+class QAWorkload:
+    """Question-answer tasks answered by a real provider through `LLMAgent`.
+
+    The tasks are shuffled with the seed and split: ``test_frac`` of them is the test set
+    the finished run is scored on (outside the budget), the rest go to ``evolve()``, which
+    holds out ``held_out_frac`` of those as the dev set it accepts commits on.
+
+    Args:
+        tasks: the tasks (``meta["answer"]``: the gold answer, or a list of them).
+        provider: the provider the agent calls (shared by both arms; each arm's spend is
+            counted by the arm's own meter, which the harness passes as ``evolve(usage=)``).
+        seed: the split seed.
+        n_workers: workers per round.
+        rounds: the round cap.
+        reward: ``reward(task, output)``; default `exact_match`.
+        agent_kwargs: more `LLMAgent` arguments (``max_tokens``, the per-call limit;
+            ``temperature``; ``model``...).
+        test_frac: the share of tasks kept for the test score.
+        held_out_frac: the share of the rest ``evolve()`` holds out.
+    """
+
+    def __init__(self, tasks: Sequence[Task], provider: Any, seed: int, n_workers: int = 4,
+                 rounds: int = 30, reward: Callable[[Task, str], float] = exact_match,
+                 agent_kwargs: Mapping[str, Any] | None = None, test_frac: float = 0.3,
+                 held_out_frac: float = 0.4) -> None:
+        tasks = list(tasks)
+        random.Random(f"qa-{seed}").shuffle(tasks)
+        cut = len(tasks) - max(1, round(len(tasks) * test_frac))
+        self.dev_tasks, self.test_tasks = tasks[:cut], tasks[cut:]
+        self.provider = provider
+        self.n_workers = n_workers
+        self.rounds = rounds
+        self.seed = seed
+        self.reward = reward
+        self.held_out_frac = held_out_frac
+        self.agent_kwargs = dict(agent_kwargs or {})
+        self.agent: Any = None
+
+    def evolve_kwargs(self) -> dict[str, Any]:
+        # The arm's meter is the harness's evolve(usage=...): every call of the run lands
+        # there once. Giving it to the agent as well (LLMAgent(usage=...)) would count each
+        # call twice: once forwarded by the run, once mirrored by the agent.
+        self.agent = LLMAgent(self.provider, **self.agent_kwargs)
+        return {"tasks": self.dev_tasks, "reward": self.reward, "agent": self.agent,
+                "n_workers": self.n_workers, "rounds": self.rounds, "seed": self.seed,
+                "max_concurrency": self.n_workers, "held_out_frac": self.held_out_frac}
+
+    def score(self, result: Any) -> float:
+        scores = [self.reward(t, self.agent.solve(result.rendered, t)) for t in self.test_tasks]
+        return sum(scores) / len(scores)
+
+
+class HotpotWorkload(QAWorkload):
     """HotpotQA rows through the dataloader, answered by a real provider with ``LLMAgent``.
 
     Args:
@@ -334,12 +407,11 @@ class HotpotWorkload:
         seed: the split seed.
         n_workers: workers per round.
         rounds: the round cap.
+        **kwargs: more `QAWorkload` arguments.
     """
 
     def __init__(self, rows: Sequence[Mapping[str, Any]], provider: Any, seed: int,
-                 n_workers: int = 4, rounds: int = 30) -> None:
-        from agentdescent import LLMAgent
-
+                 n_workers: int = 4, rounds: int = 30, **kwargs: Any) -> None:
         tasks = []
         for i, row in enumerate(rows):
             ctx = row.get("context") or {}
@@ -349,29 +421,72 @@ class HotpotWorkload:
             ]
             prompt = "\n".join(passages) + f"\n\nQuestion: {row['question']}\nAnswer with a short phrase."
             tasks.append(Task(id=str(row.get("id", i)), prompt=prompt, meta={"answer": row["answer"]}))
-        import random
+        super().__init__(tasks, provider, seed, n_workers, rounds, **kwargs)
 
-        random.Random(f"hotpot-{seed}").shuffle(tasks)
-        cut = int(len(tasks) * 0.7)
-        self.dev_tasks, self.test_tasks = tasks[:cut], tasks[cut:]
-        self.provider = provider
-        self.usage = Usage()  # the harness assigns the arm's meter here
-        self.n_workers = n_workers
-        self.rounds = rounds
-        self.seed = seed
-        self._llm_agent = LLMAgent
 
-    def evolve_kwargs(self) -> dict[str, Any]:
-        # The agent records every call into the arm's meter (the provider's own meter,
-        # shared by both arms, is not what the budget reads).
-        self.agent = self._llm_agent(self.provider, usage=self.usage)
-        return {"tasks": self.dev_tasks, "reward": exact_match, "agent": self.agent,
-                "n_workers": self.n_workers, "rounds": self.rounds, "seed": self.seed,
-                "max_concurrency": self.n_workers}
+class JsonlWorkload(QAWorkload):
+    """Questions from a JSON-lines file (see `load_jsonl`), answered by a real provider.
 
-    def score(self, result: Any) -> float:
-        scores = [exact_match(t, self.agent.solve(result.rendered, t)) for t in self.test_tasks]
-        return sum(scores) / len(scores)
+    The prompt is the question as written; the skill has to teach the answer's form.
+
+    Args:
+        tasks: the tasks `load_jsonl` read.
+        provider: the provider the agent calls.
+        seed: the split seed.
+        **kwargs: more `QAWorkload` arguments (``reward`` defaults to `contains_answer`).
+    """
+
+    def __init__(self, tasks: Sequence[Task], provider: Any, seed: int, **kwargs: Any) -> None:
+        kwargs.setdefault("reward", contains_answer)
+        super().__init__(tasks, provider, seed, **kwargs)
+
+
+def load_jsonl(path: Path, limit: int | None = None) -> list[Task]:
+    """Read one JSON object per line: ``question`` and ``answer`` (optional ``id``).
+
+    ``answer`` is a string or a number, or a list of accepted answers; other keys are
+    kept in ``Task.meta``. Blank lines are skipped.
+
+    Raises:
+        ValueError: a line is not a JSON object, lacks ``question`` or ``answer``, or
+            repeats an ``id``; or the file holds fewer than 8 questions (too few to split
+            into train, held-out and test). The message names the file and the line.
+    """
+    tasks: list[Task] = []
+    ids: set[str] = set()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"--data {path}: cannot read it ({exc.strerror or exc})") from None
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {n}"
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{where}: not JSON ({exc.msg}); write one object per line") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected an object with question and answer, got {type(row).__name__}")
+        question, answer = row.get("question"), row.get("answer")
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"{where}: no question (a non-empty string)")
+        ok = (isinstance(answer, (str, int, float)) and not isinstance(answer, bool) and str(answer).strip()) or (
+            isinstance(answer, list) and answer and all(isinstance(a, (str, int, float)) for a in answer))
+        if not ok:
+            raise ValueError(f"{where}: no answer (a string or number, or a list of them)")
+        task_id = str(row.get("id", f"row-{n}"))
+        if task_id in ids:
+            raise ValueError(f"{where}: id {task_id!r} appears twice")
+        ids.add(task_id)
+        meta = {k: v for k, v in row.items() if k not in ("id", "question")}
+        meta["answer"] = [str(a) for a in answer] if isinstance(answer, list) else str(answer)
+        tasks.append(Task(id=task_id, prompt=question.strip(), meta=meta))
+        if limit is not None and len(tasks) >= limit:
+            break
+    if len(tasks) < 8:
+        raise ValueError(f"--data {path}: {len(tasks)} question(s); give at least 8 (train, held-out and test)")
+    return tasks
 
 
 # --------------------------------------------------------------------------- output
@@ -441,8 +556,17 @@ def render_markdown(report: ABReport) -> str:
     return "\n".join(lines)
 
 
-def write_plot(report: ABReport, path: Path) -> None:
-    """A PNG of test quality against tokens, one point per run, pairs joined."""
+def plot_title(report: ABReport, source: str = "sim", workers: int | None = None) -> str:
+    """A title that tells one A/B's plot from another's: source, budget, workers, allocator knobs."""
+    parts = [f"max_tokens={report.max_tokens}"]
+    if workers is not None:
+        parts.append(f"workers={workers}")
+    parts += [f"{k}={v}" for k, v in sorted(report.allocator_kwargs.items())]
+    return f"A/B on {source}, {len(report.seeds)} seeds: " + ", ".join(parts)
+
+
+def write_plot(report: ABReport, path: Path, title: str | None = None) -> None:
+    """A PNG of test quality against tokens, one point per run, pairs joined (``title``: see `plot_title`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -458,7 +582,7 @@ def write_plot(report: ABReport, path: Path) -> None:
             ax.scatter(*zip(*pts), label=f"{arm} arm", color=color, zorder=2)
     ax.set_xlabel("tokens spent")
     ax.set_ylabel("test quality")
-    ax.set_title(f"equal-budget A/B (max_tokens={report.max_tokens})")
+    ax.set_title(title or plot_title(report), fontsize=9)
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -467,6 +591,24 @@ def write_plot(report: ABReport, path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- CLI
+
+
+def _redact_key(argv: list[str]) -> list[str]:
+    """The command line with the value of ``--api-key`` replaced: a key never reaches a file."""
+    out = []
+    hide = False
+    for arg in argv:
+        if hide:
+            out.append("[redacted]")
+            hide = False
+        elif arg == "--api-key":
+            out.append(arg)
+            hide = True
+        elif arg.startswith("--api-key="):
+            out.append("--api-key=[redacted]")
+        else:
+            out.append(arg)
+    return out
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -482,25 +624,43 @@ def _parse_seeds(text: str) -> list[int]:
 def _make_factory(args: argparse.Namespace) -> Callable[[int], Workload]:
     if args.source == "sim":
         return lambda seed: SimWorkload(seed, n_workers=args.workers)
+    if args.source == "jsonl" and args.data is None:
+        raise SystemExit("--source jsonl reads questions from a file: give --data FILE (one JSON "
+                         "object per line with question and answer, e.g. bench/data/ab_qa.jsonl)")
     if args.provider is None or args.model is None:
+        what = "the questions in --data" if args.source == "jsonl" else "HotpotQA questions"
         raise SystemExit(
-            f"--source {args.source} answers HotpotQA questions with a real model: give "
-            "--provider openai|anthropic and --model M (and --base-url U for a local server); "
-            "the default --source sim runs offline"
+            f"--source {args.source} answers {what} with a real model: give "
+            "--provider openai|anthropic and --model M (and --base-url U --api-key K for a local "
+            "server); the default --source sim runs offline"
         )
     from agentdescent import dataloader, providers
 
-    if args.source == "hf":
+    if args.source == "jsonl":
+        try:
+            tasks = load_jsonl(args.data, limit=args.rows)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+    elif args.source == "hf":
         rows = dataloader.hf_rows(args.dataset or "hotpotqa/hotpot_qa", args.split,
                                   config=args.config, limit=args.rows)
     else:
         rows = dataloader.hf_rows_modelscope(args.dataset or "OmniData/HotpotQA", args.file,
                                              limit=args.rows)
-    if args.provider == "openai":
-        provider = providers.openai_compatible(args.model, base_url=args.base_url)
-    else:
-        provider = providers.anthropic(args.model, base_url=args.base_url)
-    return lambda seed: HotpotWorkload(rows, provider, seed, n_workers=args.workers, rounds=args.rounds)
+    factory = providers.openai_compatible if args.provider == "openai" else providers.anthropic
+    try:
+        provider = factory(args.model, base_url=args.base_url, api_key=args.api_key)
+    except providers.ProviderAuthError as exc:
+        raise SystemExit(f"{exc} (on the command line: --api-key K; any string for a local server)") from None
+    agent_kwargs: dict[str, Any] = {"max_tokens": args.call_tokens}
+    if args.temperature is not None:
+        agent_kwargs["temperature"] = args.temperature
+    common = {"n_workers": args.workers, "rounds": args.rounds, "agent_kwargs": agent_kwargs}
+    if args.metric is not None:
+        common["reward"] = METRICS[args.metric]
+    if args.source == "jsonl":
+        return lambda seed: JsonlWorkload(tasks, provider, seed, **common)
+    return lambda seed: HotpotWorkload(rows, provider, seed, **common)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -508,19 +668,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Equal-budget A/B of the value-directed allocator.")
     parser.add_argument("--max-tokens", type=int, default=None, help="the budget both arms get (required)")
     parser.add_argument("--seeds", type=_parse_seeds, default=[0, 1, 2], help="comma-separated seeds (default 0,1,2)")
-    parser.add_argument("--source", choices=["sim", "hf", "modelscope"], default="sim")
+    parser.add_argument("--source", choices=["sim", "hf", "modelscope", "jsonl"], default="sim")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="--source jsonl: one JSON object per line with question and answer (optional id)")
     parser.add_argument("--min-observations", type=int, default=None, help="passed to the allocator")
     parser.add_argument("--budget-start", type=float, default=None, help="passed to the allocator")
     parser.add_argument("--workers", type=int, default=2, help="workers per round (default 2)")
-    parser.add_argument("--rows", type=int, default=100, help="HotpotQA rows for --source hf/modelscope")
-    parser.add_argument("--rounds", type=int, default=30, help="round cap for --source hf/modelscope (default 30)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="rows to use with a real-model source (default: 100 for hf/modelscope, all for jsonl)")
+    parser.add_argument("--rounds", type=int, default=30, help="round cap with a real-model source (default 30)")
     parser.add_argument("--dataset", default=None, help="dataset id for --source hf/modelscope")
     parser.add_argument("--config", default="distractor", help="datasets-server config (--source hf)")
     parser.add_argument("--split", default="validation", help="datasets-server split (--source hf)")
     parser.add_argument("--file", default="hotpot_dev_distractor_v1.json", help="file path (--source modelscope)")
     parser.add_argument("--provider", choices=["openai", "anthropic"], default=None)
     parser.add_argument("--model", default=None)
-    parser.add_argument("--base-url", default=None)
+    parser.add_argument("--base-url", default=None, help="an OpenAI-compatible server, with /v1")
+    parser.add_argument("--api-key", default=None,
+                        help="default: OPENAI_API_KEY / ANTHROPIC_API_KEY; any string for a local server")
+    parser.add_argument("--call-tokens", type=int, default=64,
+                        help="per-call limit on each reply with a real model (LLMAgent max_tokens; default 64)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature with a real model (default: the server's)")
+    parser.add_argument("--metric", choices=sorted(METRICS), default=None,
+                        help="scoring with a real model: exact (default for hf/modelscope) or contains "
+                             "(default for jsonl: the gold answer as whole words in the reply)")
     parser.add_argument("--json", type=Path, default=None, help="write rows + summary + arguments here")
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG of quality against tokens here")
     try:
@@ -535,6 +707,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_tokens < 1:
         print(f"ab_allocator: --max-tokens {args.max_tokens}: give a positive token count", file=sys.stderr)
         return 2
+    if args.call_tokens < 1:
+        print(f"ab_allocator: --call-tokens {args.call_tokens}: the per-call limit must be at least 1",
+              file=sys.stderr)
+        return 2
+    if args.source in ("hf", "modelscope") and args.rows is None:
+        args.rows = 100
     allocator_kwargs: dict[str, Any] = {}
     if args.min_observations is not None:
         allocator_kwargs["min_observations"] = args.min_observations
@@ -555,12 +733,13 @@ def main(argv: list[str] | None = None) -> int:
     print(render_markdown(report))
     if args.json is not None:
         payload = report.to_json()
+        argv_shown = _redact_key(list(sys.argv[1:] if argv is None else argv))
         payload["arguments"].update(source=args.source, workers=args.workers,
-                                    command="python bench/ab_allocator.py " + " ".join(sys.argv[1:] if argv is None else argv))
+                                    command="python bench/ab_allocator.py " + " ".join(argv_shown))
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
     if args.plot is not None:
-        write_plot(report, args.plot)
+        write_plot(report, args.plot, plot_title(report, args.source, args.workers))
     return 4 if report.summary()["all_failed"] else 0
 
 

@@ -1,17 +1,25 @@
-"""One evolve run against a real OpenAI-compatible model: what it costs and what it commits.
+"""One evolve run against a real OpenAI-compatible model: what it costs, what it refuses, what it commits.
 
 Runs ``evolve`` with an ``LLMAgent`` over ``openai_compatible(...)`` on a small question
 set shipped with the repository (bench/data/qa_small.jsonl: 30 short factual and
 arithmetic questions in 5 categories, answers scored by whole-word containment), and
-prints: model calls and tokens (the library's run meter, and the usage the server itself
-reported in its replies), every commit with its held-out scores before and after and
-whether the two lists were identical (a tie: the evidence rule forbids committing one),
-the merge outcomes, and the wall time. ``--old-rule`` runs the pre-0.2 acceptance rule
-(the self-verify delta counts as evidence, so ties can commit) for comparison.
+prints, per seed:
+
+- model calls and tokens twice: the library's run meter (``result.usage``) and the
+  ``usage`` the server itself put in its HTTP replies (read off the wire by an
+  ``httpx2`` response hook, independently of the adapter);
+- every commit with the held-out scores of the head before and after it (the same
+  held-out tasks, as the aggregator measured them) and the rule it added;
+- the proposals the agent refused, by kind (``LLMAgent.stats()``), and the merge
+  outcomes;
+- the wall time.
+
+``--old-rule`` also runs the pre-0.2 acceptance rule (the self-verify delta counts as
+evidence, so ties can commit) for comparison.
 
     ../shared/local-llm/serve.sh      # SmolLM2-135M-Instruct on 127.0.0.1:8090
     python bench/real_model.py --base-url http://127.0.0.1:8090/v1 --model smollm2-135m \\
-        --api-key local --seeds 0,1,2 --json bench/results/real_model.json
+        --api-key local --seeds 0 --json bench/results/real_model.json
 
 Needs the ``openai`` extra and a running server; nothing else leaves the machine.
 """
@@ -22,17 +30,22 @@ import argparse
 import json
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from agentdescent import Aggregator, AggregatorConfig, LLMAgent, Task, evolve  # noqa: E402
+from agentdescent.agents import REFUSAL_KINDS  # noqa: E402
 from agentdescent.providers import openai_compatible  # noqa: E402
+from agentdescent.types import MergeOutcome  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "qa_small.jsonl"
+ARTIFACT = "qa-skill"
 
 
 def load_tasks(path: Path) -> list[Task]:
@@ -51,56 +64,138 @@ def reward(task: Task, output: str) -> float:
     return 1.0 if re.search(rf"\b{re.escape(task.meta['answer'].lower())}\b", output.lower()) else 0.0
 
 
-class AuditedAggregator(Aggregator):
-    """The stock aggregator, recording the held-out score lists behind every decision it measures."""
+class WireUsage:
+    """Sums the ``usage`` objects of the server's HTTP replies, as sent (an httpx2 response hook)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.audit: list[dict[str, Any]] = []
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.without_usage = 0
 
-    def _decide(self, prepared: Any, measurement: Any) -> Any:
-        report = super()._decide(prepared, measurement)
-        self.audit.append({
-            "outcome": report.outcome.value,
-            "rule": " | ".join(v for v in prepared.candidate.ops.values() if v),
-            "head": list(measurement.head_scores),
-            "candidate": list(measurement.candidate_scores),
-            "p_improve": report.p_improve,
-        })
-        return report
+    def __call__(self, response: Any) -> None:
+        if response.status_code != 200:
+            return
+        response.read()
+        try:
+            usage = json.loads(response.content).get("usage")
+        except (ValueError, AttributeError):
+            usage = None
+        with self.lock:
+            self.calls += 1
+            if not isinstance(usage, dict):
+                self.without_usage += 1
+                return
+            self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            self.completion_tokens += int(usage.get("completion_tokens") or 0)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
 
 
 def run_once(args: argparse.Namespace, seed: int, old_rule: bool) -> dict[str, Any]:
-    provider = openai_compatible(args.model, base_url=args.base_url, api_key=args.api_key, timeout=120.0)
-    agent = LLMAgent(provider, max_tokens=args.call_tokens, temperature=args.temperature)
-    made: list[AuditedAggregator] = []
+    import httpx2
 
-    def factory(*a: Any, **kw: Any) -> AuditedAggregator:
-        made.append(AuditedAggregator(*a, **kw))
-        return made[0]
+    wire = WireUsage()
+    client = httpx2.Client(event_hooks={"response": [wire]}, timeout=120.0)
+    provider = openai_compatible(args.model, base_url=args.base_url, api_key=args.api_key,
+                                 timeout=120.0, http_client=client)
+    agent = LLMAgent(provider, max_tokens=args.call_tokens, temperature=args.temperature)
+    made: list[Aggregator] = []
+
+    def factory(*a: Any, **kw: Any) -> Aggregator:
+        made.append(Aggregator(*a, **kw))
+        return made[-1]
 
     config = AggregatorConfig(self_verify_counts=old_rule)
     start = time.monotonic()
     result = evolve(load_tasks(args.tasks), reward, agent=agent, rounds=args.rounds, n_workers=args.workers,
                     max_concurrency=args.workers, seed=seed, stratify="category", held_out_frac=0.4,
-                    agg_config=config, aggregator_factory=factory, progress=args.progress)
+                    agg_config=config, aggregator_factory=factory, progress=args.progress,
+                    artifact_id=ARTIFACT)
     seconds = time.monotonic() - start
-    audit = made[0].audit
-    commits = [a for a in audit if a["outcome"] == "committed"]
-    for a in commits:
-        n = len(a["head"])
-        a["tie"] = a["head"] == a["candidate"]
-        a["head_mean"] = sum(a["head"]) / n
-        a["candidate_mean"] = sum(a["candidate"]) / n
+    client.close()
+    aggregator = made[0]
+    commits = []
+    for info in result.history:
+        for report in info.reports:
+            if report.outcome is not MergeOutcome.COMMITTED or report.committed_version is None:
+                continue
+            v = report.committed_version
+            before = aggregator.cached_head_scores(ARTIFACT, v - 1) or []
+            after = aggregator.cached_head_scores(ARTIFACT, v) or []
+            pairs = list(zip(before, after))
+            commits.append({
+                "round": info.index, "version": v, "fused": report.fused, "p_improve": report.p_improve,
+                "rule": " | ".join(x for x in (report.accepted.ops.values() if report.accepted else ()) if x),
+                "before": before, "after": after,
+                "before_mean": _mean(before), "after_mean": _mean(after),
+                "better": sum(b > a for a, b in pairs), "worse": sum(b < a for a, b in pairs),
+                "tie": bool(before) and before == after,
+            })
+    snap = result.usage.snapshot()
     return {
         "seed": seed, "rule": "old (self-verify counts)" if old_rule else "evidence rule",
-        "calls": result.usage.calls, "tokens": result.usage.total_tokens,
-        "server_tokens": provider.usage.total_tokens, "phases": result.usage.by_phase(),
+        "calls": snap["calls"], "prompt_tokens": snap["prompt_tokens"],
+        "completion_tokens": snap["completion_tokens"], "tokens": snap["total_tokens"],
+        "server_calls": wire.calls, "server_prompt_tokens": wire.prompt_tokens,
+        "server_completion_tokens": wire.completion_tokens, "server_tokens": wire.total_tokens,
+        "server_replies_without_usage": wire.without_usage,
+        "phases": result.usage.by_phase(), "agent": agent.stats(),
         "initial": result.initial_reward, "final": result.final_reward,
-        "commits": commits, "tie_commits": sum(a["tie"] for a in commits),
-        "outcomes": result.outcomes(), "seconds": round(seconds, 1), "error": result.error,
-        "stop_reason": result.stop_reason,
+        "held_out": len(aggregator.cached_head_scores(ARTIFACT, 1) or []),
+        "commits": commits, "tie_commits": sum(c["tie"] for c in commits),
+        "outcomes": result.outcomes(), "rounds": len(result.history),
+        "seconds": round(seconds, 1), "error": result.error, "stop_reason": result.stop_reason,
+        "rendered": result.rendered,
     }
+
+
+def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [f"model {args.model} at {args.base_url}; {args.tasks.name}; rounds {args.rounds}, "
+             f"workers {args.workers}, per-call limit {args.call_tokens} tokens, temperature {args.temperature}", ""]
+    lines += ["| seed | rule | held-out start → end | commits (ties) | calls: library / server "
+              "| tokens: library / server | seconds |",
+              "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['seed']} | {r['rule']} | {r['initial']:.3f} → {r['final']:.3f} | "
+            f"{len(r['commits'])} ({r['tie_commits']}) | {r['calls']} / {r['server_calls']} | "
+            f"{r['tokens']} / {r['server_tokens']} | {r['seconds']} |")
+    lines += ["", "Tokens, library / server: prompt and completion; by phase (library):"]
+    for r in rows:
+        phases = ", ".join(f"{k} {v}" for k, v in r["phases"].items())
+        lines.append(f"- seed {r['seed']}, {r['rule']}: prompt {r['prompt_tokens']} / {r['server_prompt_tokens']}, "
+                     f"completion {r['completion_tokens']} / {r['server_completion_tokens']}; {phases}")
+    lines += ["", "Proposals: the agent's verdict on each reply (LLMAgent.stats()):", "",
+              "| seed | rule | proposals | rules | NONE | " + " | ".join(REFUSAL_KINDS) + " | solves cut off |",
+              "|---|---|---|---|---|" + "---|" * len(REFUSAL_KINDS) + "---|"]
+    for r in rows:
+        a = r["agent"]
+        lines.append(f"| {r['seed']} | {r['rule']} | {a['proposals']} | {a['rules']} | {a['declined']} | "
+                     + " | ".join(str(a[k]) for k in REFUSAL_KINDS) + f" | {a['solves_truncated']} of {a['solves']} |")
+    lines += ["", "Merge outcomes:"]
+    for r in rows:
+        outcomes = ", ".join(f"{k} {v}" for k, v in r["outcomes"].items() if v) or "none"
+        lines.append(f"- seed {r['seed']}, {r['rule']}: {outcomes}; stop: {r['stop_reason']}"
+                     + (f"; error: {r['error']}" if r["error"] else ""))
+    lines += ["", "Commits (the head's held-out mean before → after, on the same tasks; tasks better / worse):"]
+    if not any(r["commits"] for r in rows):
+        lines.append("- none")
+    for r in rows:
+        for c in r["commits"]:
+            tag = " TIE" if c["tie"] else ""
+            p = f", p_improve {c['p_improve']:.3f}" if c["p_improve"] is not None else ""
+            lines.append(f"- seed {r['seed']}, {r['rule']}, round {c['round']} → v{c['version']}: "
+                         f"{c['before_mean']:.3f} → {c['after_mean']:.3f} over {len(c['after'])} tasks "
+                         f"({c['better']} better, {c['worse']} worse{p}){tag}: {c['rule'][:120]!r}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--call-tokens", type=int, default=48, help="max_tokens per model call")
+    parser.add_argument("--call-tokens", type=int, default=48, help="per-call limit on each reply (LLMAgent max_tokens)")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--old-rule", action="store_true", help="also run the pre-0.2 rule on every seed")
     parser.add_argument("--progress", action="store_true")
@@ -124,21 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         for old in ([False, True] if args.old_rule else [False]):
             row = run_once(args, seed, old)
             rows.append(row)
-            print(f"  seed {seed} {row['rule']}: {len(row['commits'])} commit(s), {row['tie_commits']} tie(s), "
-                  f"{row['calls']} calls, {row['seconds']}s", file=sys.stderr)
-    print("| seed | rule | calls | tokens (library / server) | held-out start → end | commits | commits on a tie | outcomes | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        outcomes = ", ".join(f"{k} {v}" for k, v in r["outcomes"].items() if v)
-        print(f"| {r['seed']} | {r['rule']} | {r['calls']} | {r['tokens']} / {r['server_tokens']} | "
-              f"{r['initial']:.3f} → {r['final']:.3f} | {len(r['commits'])} | {r['tie_commits']} | "
-              f"{outcomes} | {r['seconds']} |")
-    print("\nCommits (held-out mean before → after, rule text):")
-    for r in rows:
-        for a in r["commits"]:
-            tag = " TIE" if a["tie"] else ""
-            print(f"- seed {r['seed']}, {r['rule']}: {a['head_mean']:.3f} → {a['candidate_mean']:.3f}{tag}: "
-                  f"{a['rule'][:100]!r}")
+            print(f"  seed {seed} {row['rule']}: {len(row['commits'])} commit(s), {row['calls']} calls, "
+                  f"{row['seconds']}s", file=sys.stderr)
+    print(render(rows, args))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")

@@ -1,6 +1,7 @@
 """RQ2 on the sync path: how stale snapshots and the staleness tolerance alpha trade off.
 
-Run from the repository root::
+Run from the repository root (``-m``), or as a file from any directory
+(``python path/to/examples/rq2_staleness.py``)::
 
     python -m examples.rq2_staleness              # seed 0, target 0.95
     python -m examples.rq2_staleness --seed 1 --target 1.0
@@ -36,9 +37,16 @@ cards drawn and, of those, committed; wall-clock.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):
+    # Run as a file (python examples/rq2_staleness.py, from any directory): put the repository
+    # root first on the path, so `agentdescent` and `examples` import without an install.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentdescent import AggregatorConfig, EvolutionResult, evolve
 from agentdescent.domains.router import RouterDomain

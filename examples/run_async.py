@@ -1,6 +1,7 @@
 """The barrier-free runtime on the reference domain: policies, async_ratio, admission pacing.
 
-Run from the repository root::
+Run from the repository root (``-m``), or as a file from any directory
+(``python path/to/examples/run_async.py``)::
 
     python -m examples.run_async                      # seed 0, latency 5 ms, 400 rollouts per run
     python -m examples.run_async --seed 1
@@ -32,8 +33,15 @@ keeps firing, which inflates ``forced refreshes`` in fixed-budget runs.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):
+    # Run as a file (python examples/run_async.py, from any directory): put the repository
+    # root first on the path, so `agentdescent` and `examples` import without an install.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentdescent import async_evolve
 from agentdescent.domains.router import RouterDomain

@@ -1,6 +1,7 @@
 """The main demo: merging workers vs isolated forks on the offline router domain.
 
-Run from the repository root::
+Run from the repository root (``-m``), or as a file from any directory
+(``python path/to/examples/run_demo.py``)::
 
     python -m examples.run_demo                 # temporary SQLite ledger
     python -m examples.run_demo --ledger run.db # keep the ledger; run again to resume
@@ -18,6 +19,11 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a file (python examples/run_demo.py, from any directory): put the repository
+    # root first on the path, so `agentdescent` and `examples` import without an install.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentdescent import evolve
 from agentdescent.domains.router import RouterDomain

@@ -1,17 +1,24 @@
 """Evolve an answering skill for a small QA set with a real model (or offline with --dry-run).
 
-Run from the repository root::
+Run from the repository root (``-m``), or as a file from any directory::
 
     python -m examples.skill_evolution --dry-run
-    python -m examples.skill_evolution --provider openai --model gpt-4o-mini
-    python -m examples.skill_evolution --provider openai --model qwen2.5 --base-url http://127.0.0.1:8080/v1
-    python -m examples.skill_evolution --provider anthropic --model claude-3-5-haiku-latest
+    python examples/skill_evolution.py --provider openai --model gpt-4o-mini
+    python examples/skill_evolution.py --provider openai --model smollm2-135m \
+        --base-url http://127.0.0.1:8090/v1 --api-key local
+    python examples/skill_evolution.py --provider anthropic --model claude-3-5-haiku-latest
 
 The questions are easy; what a model gets wrong is the *form* of the answer (a sentence
 instead of the bare year, a word instead of digits), which exact-match scoring punishes.
 ``LLMAgent`` proposes one general rule after each failure; the aggregator keeps the
-rules that make held-out answers better. API keys come from the environment
-(``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``) or ``--api-key``; they are never printed.
+rules that make held-out answers better. API keys come from ``--api-key`` or the
+environment (``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``); a local server takes any
+string. Keys are never printed.
+
+A progress bar shows each round as it ends (``--no-progress`` prints one line per round
+instead). ``--call-tokens`` is the per-call limit on each reply; ``--max-tokens`` is the
+budget of the whole run. ``--skill-in user`` puts the skill in the user message, for chat
+templates that drop system messages.
 
 ``--dry-run`` runs the same code path offline on a ``FakeProvider`` whose simulated
 model answers in full sentences until the skill tells it otherwise.
@@ -23,9 +30,16 @@ import argparse
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):
+    # Run as a file (python examples/skill_evolution.py, from any directory): put the
+    # repository root first on the path, so `agentdescent` imports without an install.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from agentdescent import LLMAgent, Task, evolve
+from agentdescent.agents import REFUSAL_KINDS
 from agentdescent.testing import FakeProvider
 
 #: (category, question, gold answer)
@@ -119,41 +133,79 @@ def simulated_reply(tasks: Sequence[Task]) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the example; returns the process exit code."""
+    """Run the example; returns the process exit code (0 done, 1 the run failed, 2 usage)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--provider", choices=["openai", "anthropic"], help="the model provider")
     parser.add_argument("--model", help="model name")
-    parser.add_argument("--base-url", default=None, help="an OpenAI-compatible server, e.g. vLLM or llama.cpp")
-    parser.add_argument("--api-key", default=None, help="default: OPENAI_API_KEY / ANTHROPIC_API_KEY")
+    parser.add_argument("--base-url", default=None,
+                        help="an OpenAI-compatible server with /v1, e.g. http://127.0.0.1:8090/v1")
+    parser.add_argument("--api-key", default=None,
+                        help="default: OPENAI_API_KEY / ANTHROPIC_API_KEY; any string for a local server")
     parser.add_argument("--dry-run", action="store_true", help="offline, on a simulated model")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--workers", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=None, help="token budget for the run")
+    parser.add_argument("--call-tokens", type=int, default=200,
+                        help="per-call limit on each reply, in tokens (LLMAgent max_tokens; default 200)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature (default 0.0 with a real model)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="token budget of the whole run (evolve max_tokens; default: none)")
+    parser.add_argument("--skill-in", choices=["system", "user"], default="system",
+                        help="where the skill goes: the system message (default) or the user message")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar; print one line per round instead")
     args = parser.parse_args(argv)
+    if args.call_tokens < 1:
+        parser.error(f"--call-tokens {args.call_tokens}: the per-call limit must be at least 1")
 
     tasks = make_tasks()
     if args.dry_run:
         provider: Any = simulated_model(tasks)
+        where = "a simulated model (offline)"
     else:
         if args.provider is None or args.model is None:
             parser.error("give --provider and --model, or --dry-run to run offline")
         from agentdescent import providers
 
         factory = providers.openai_compatible if args.provider == "openai" else providers.anthropic
-        provider = factory(args.model, base_url=args.base_url, api_key=args.api_key)
+        try:
+            provider = factory(args.model, base_url=args.base_url, api_key=args.api_key)
+        except providers.ProviderAuthError as exc:
+            parser.error(f"{exc} (on the command line: --api-key KEY; any string for a local server)")
+        except providers.ProviderDependencyError as exc:
+            print(f"skill_evolution: {exc}", file=sys.stderr)
+            return 2
+        where = f"{args.model} at {provider.endpoint}"
 
-    agent = LLMAgent(provider, max_tokens=200, temperature=0.0 if not args.dry_run else None)
+    temperature = args.temperature if args.temperature is not None else (None if args.dry_run else 0.0)
+    agent = LLMAgent(provider, max_tokens=args.call_tokens, temperature=temperature,
+                     solve_template="{artifact}\n\n{prompt}" if args.skill_in == "user" else None)
+    held_out = len(tasks) // 2
+    print(f"Evolving a QA skill with {where}: {len(tasks)} questions ({len(tasks) - held_out} to learn "
+          f"from, {held_out} held out), {args.workers} workers x {args.rounds} rounds. Scoring the "
+          f"held-out set first ({held_out} calls); then each round makes up to {3 * args.workers} calls "
+          f"plus up to {held_out} per candidate it evaluates.", flush=True)
+
+    def report(info: Any) -> None:
+        print(f"round {info.index}: held-out {info.held_out_reward:.3f}, {info.committed} commit(s), "
+              f"{info.tokens} tokens", flush=True)
+
     result = evolve(
         tasks, reward, agent=agent, rounds=args.rounds, n_workers=args.workers,
         max_concurrency=args.workers, held_out_frac=0.5, max_tokens=args.max_tokens,
-        artifact_id="qa-skill", target_reward=1.0,
+        artifact_id="qa-skill", target_reward=1.0, progress=args.progress,
+        on_round=None if args.progress else report,
     )
-    print(f"{'round':>5} {'held-out':>9} {'commits':>8} {'tokens':>8}")
+    print(f"\n{'round':>5} {'held-out':>9} {'commits':>8} {'tokens':>8}")
     for h in result.history:
         print(f"{h.index:>5} {h.held_out_reward:>9.3f} {h.committed:>8} {h.tokens:>8}")
+    stats = agent.stats()
+    refused = ", ".join(f"{kind} {stats[kind]}" for kind in REFUSAL_KINDS if stats[kind]) or "none"
     print(f"\n{result.stop_reason}: {result.initial_reward:.3f} -> {result.final_reward:.3f} held-out; "
           f"{result.usage.calls} calls, {result.usage.total_tokens} tokens "
           f"({result.usage.cached_tokens} cached)")
+    print(f"proposals: {stats['proposals']} ({stats['rules']} rules, {stats['declined']} NONE; "
+          f"refused: {refused})")
     print(f"\nEvolved skill:\n{result.rendered}")
     if result.error:
         print(f"error: {result.error}", file=sys.stderr)

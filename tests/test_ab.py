@@ -192,3 +192,107 @@ def test_small_offline_cli_run_with_plot(tmp_path: Path, capsys: pytest.CaptureF
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     assert "| arm |" in out and "Fired (real skips)" in out
+
+
+# --------------------------------------------------------------------------- --source jsonl
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_load_jsonl_reads_questions_answers_and_optional_ids(tmp_path: Path) -> None:
+    rows = [json.dumps({"id": f"q{i}", "question": f"What is {i} + 1?", "answer": i + 1}) for i in range(7)]
+    rows.insert(3, "")  # blank lines are skipped
+    rows.append(json.dumps({"question": "Name a primary colour.", "answer": ["red", "blue"], "level": 2}))
+    tasks = ab_allocator.load_jsonl(_write(tmp_path / "qa.jsonl", rows))
+    assert [t.id for t in tasks] == [f"q{i}" for i in range(7)] + ["row-9"]
+    assert tasks[0].prompt == "What is 0 + 1?" and tasks[0].meta == {"answer": "1"}
+    assert tasks[-1].meta == {"answer": ["red", "blue"], "level": 2}
+    assert ab_allocator.contains_answer(tasks[-1], "Blue, of course.") == 1.0
+    assert ab_allocator.exact_match(tasks[-1], "Blue.") == 1.0
+    assert ab_allocator.contains_answer(tasks[0], "It is 11.") == 0.0  # whole words only
+    twelve = [json.dumps({"question": f"Q{i}?", "answer": "A"}) for i in range(12)]
+    assert len(ab_allocator.load_jsonl(_write(tmp_path / "more.jsonl", twelve), limit=9)) == 9
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        ("{not json", "line 2: not JSON"),
+        ('["a list"]', "line 2: expected an object"),
+        ('{"answer": "x"}', "line 2: no question"),
+        ('{"question": "Why?"}', "line 2: no answer"),
+        ('{"question": "Why?", "answer": ""}', "line 2: no answer"),
+        ('{"id": "a", "question": "Again?", "answer": "x"}', "line 2: id 'a' appears twice"),
+    ],
+)
+def test_load_jsonl_names_the_file_and_the_line(tmp_path: Path, line: str, match: str) -> None:
+    good = [json.dumps({"id": "a", "question": "Q?", "answer": "A"})]
+    more = [json.dumps({"question": f"Q{i}?", "answer": "A"}) for i in range(10)]
+    path = _write(tmp_path / "bad.jsonl", [*good, line, *more])
+    with pytest.raises(ValueError, match=match) as info:
+        ab_allocator.load_jsonl(path)
+    assert str(path) in str(info.value)
+
+
+def test_load_jsonl_refuses_too_few_rows(tmp_path: Path) -> None:
+    path = _write(tmp_path / "few.jsonl", [json.dumps({"question": "Q?", "answer": "A"})] * 3)
+    with pytest.raises(ValueError, match="at least 8"):
+        ab_allocator.load_jsonl(path)
+
+
+def test_the_shipped_question_set_loads() -> None:
+    tasks = ab_allocator.load_jsonl(ROOT / "bench" / "data" / "ab_qa.jsonl")
+    assert len(tasks) == 60 and len({t.id for t in tasks}) == 60
+
+
+def test_cli_jsonl_needs_data_and_a_provider(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert ab_allocator.main(["--max-tokens", "1000", "--source", "jsonl"]) == 2
+    assert "--data FILE" in capsys.readouterr().err
+    data = str(ROOT / "bench" / "data" / "ab_qa.jsonl")
+    assert ab_allocator.main(["--max-tokens", "1000", "--source", "jsonl", "--data", data]) == 2
+    assert "--provider" in capsys.readouterr().err
+    bad = _write(tmp_path / "bad.jsonl", ["{}"])
+    assert ab_allocator.main(["--max-tokens", "1000", "--source", "jsonl", "--data", str(bad),
+                              "--provider", "openai", "--model", "m"]) == 2
+    assert "line 1: no question" in capsys.readouterr().err
+    assert ab_allocator.main(["--max-tokens", "1000", "--call-tokens", "0"]) == 2
+    assert "per-call limit" in capsys.readouterr().err
+
+
+def test_the_command_line_in_the_json_hides_the_key() -> None:
+    assert ab_allocator._redact_key(["--api-key", "sk-123", "--api-key=sk-9", "--model", "m"]) == [
+        "--api-key", "[redacted]", "--api-key=[redacted]", "--model", "m"]
+
+
+def test_plot_titles_tell_two_ab_runs_apart() -> None:
+    default = ABReport(rows=[], max_tokens=300000, seeds=[0, 1, 2])
+    tuned = ABReport(rows=[], max_tokens=300000, seeds=[0, 1, 2], allocator_kwargs={"budget_start": 0.9})
+    assert ab_allocator.plot_title(default, "sim", 2) != ab_allocator.plot_title(tuned, "sim", 1)
+    assert "budget_start=0.9" in ab_allocator.plot_title(tuned, "sim", 1)
+    assert "jsonl" in ab_allocator.plot_title(default, "jsonl", 2)
+
+
+def test_a_real_model_arm_counts_each_call_once() -> None:
+    from agentdescent import Completion, Task
+    from agentdescent.testing import FakeProvider
+
+    tasks = [Task(f"q{i}", f"What is {i} + {i}?", {"answer": str(2 * i)}) for i in range(12)]
+
+    def handler(messages: Any, **options: Any) -> Completion:
+        user = messages[-1]["content"]
+        text = "Reply with the number only." if "Current playbook" in user else "The answer is 4."
+        return Completion(text, Usage(1, 0, 0, 1))  # one token per call
+
+    provider = FakeProvider(handler)
+    made: list[Any] = []
+
+    def make(seed: int) -> Any:
+        made.append(ab_allocator.JsonlWorkload(tasks, provider, seed, n_workers=2, rounds=3))
+        return made[-1]
+
+    report = run_ab(make, seeds=[0], max_tokens=10**6)
+    scoring = sum(len(w.test_tasks) for w in made)  # test scoring is outside the arms' spend
+    assert sum(r.tokens for r in report.rows) == provider.usage.total_tokens - scoring

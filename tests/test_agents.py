@@ -10,12 +10,15 @@ import pytest
 from agentdescent import Task
 from agentdescent.agents import (
     DEFAULT_PROPOSE_TEMPLATE,
+    REFUSAL_KINDS,
     Agent,
     Completion,
     LLMAgent,
     Provider,
     Usage,
     estimate_tokens,
+    is_blank_artifact,
+    parse_proposal,
 )
 from agentdescent.providers import ProviderUnavailableError, from_callable, openai_compatible
 from agentdescent.testing import FakeProvider
@@ -358,3 +361,233 @@ def test_llm_agent_over_a_real_server():
             "calls": 2,
             "total_tokens": 248,
         }
+
+
+# --------------------------------------------------------------------------- one rule or None
+
+ARTIFACT = "# Playbook\n- Answer with the year only.\n- Keep answers short."
+
+
+def agent_replying(text: str, finish_reason: str | None = "stop", **kwargs) -> LLMAgent:
+    return LLMAgent(FakeProvider(lambda messages, **options: Completion(text, finish_reason=finish_reason)),
+                    **kwargs)
+
+
+def test_the_reported_reply_becomes_the_rule_without_its_heading():
+    agent = agent_replying("Keep the tone logical and respectful.\n\n# Playbook")
+    assert agent.propose(PLAYBOOK, TASK, "Paris", 0.0) == "Keep the tone logical and respectful."
+    assert agent.stats()["rules"] == 1 and agent.stats()["cleaned"] == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "rule"),
+    [
+        ("  - Rule: Answer with the city name only.\n", "Answer with the city name only."),
+        ('**New rule:** "Always answer with digits, not words."', "Always answer with digits, not words."),
+        ("\u201cAnswer in one word.\u201d", "Answer in one word."),
+        ("`Answer in one word.`", "Answer in one word."),
+        ("Here is one general rule:\n\nAlways give the bare number.\n\nThis rule helps because the "
+         "grader expects numbers.", "Always give the bare number."),
+        ("Sure! Here's a rule: When asked for a year, reply with the four digits only. This will help "
+         "the assistant.", "When asked for a year, reply with the four digits only."),
+        ("```\nAlways reply with one word.\n```", "Always reply with one word."),
+        ("1. Use digits.\n2. Be brief.", "Use digits."),
+        ("Always state the unit,\nthen the number.", "Always state the unit, then the number."),
+        ("## Rule\nName the city only.\n\n---\nExplanation: the grader wants one word.", "Name the city only."),
+        # the playbook copied back with one new rule at the end: the new rule is the proposal
+        ("# Playbook\n- Answer with the year only.\n- Keep answers short.\n- Give SI units.", "Give SI units."),
+        ("None of the answers may exceed one word.", "None of the answers may exceed one word."),
+        ("The rule I'd like to share is: \"Name the city only.\"", "Name the city only."),
+        ("A good rule would be: answer with digits.", "Answer with digits."),
+        ("Rule of thumb: be brief.", "Rule of thumb: be brief."),
+        ("The answer should be the bare city name.", "The answer should be the bare city name."),
+    ],
+)
+def test_a_reply_is_cleaned_down_to_one_rule(reply, rule):
+    agent = agent_replying(reply)
+    assert agent.propose(ARTIFACT, TASK, "Paris", 0.0) == rule
+
+
+@pytest.mark.parametrize(
+    ("reply", "finish_reason", "kind"),
+    [
+        ("Always answer with the", "length", "truncated"),          # OpenAI-compatible
+        ("Always answer with the", "max_tokens", "truncated"),      # Anthropic
+        ("   ", "stop", "empty"),
+        ("# Playbook", "stop", "not_a_rule"),                        # only the title
+        ("# Playbook\n- Answer with the year only.\n- Keep answers short.", "stop", "restated"),
+        ("Answer with the year only", "stop", "restated"),           # a rule already there
+        ("answer WITH the year only!", "stop", "restated"),          # in other case and punctuation
+        ("It is probably Paris, a lovely city.", "stop", "echoed"),  # the output handed back
+        ("What is the capital of France?", "stop", "echoed"),        # the task handed back
+        ("Paris", "stop", "not_a_rule"),
+        ("1989", "stop", "not_a_rule"),
+        ("Should the answer be shorter?", "stop", "not_a_rule"),
+        ("The assistant's answer is incorrect.", "stop", "not_a_rule"),
+        ("The assistant's answer: 3", "stop", "not_a_rule"),
+        ("The Assistant's answer to this task would have been: Lyon.", "stop", "not_a_rule"),
+        ("Rule: " + "always be careful " * 40, "stop", "too_long"),
+        ("NONE", "stop", "declined"),
+        ("Rule: NONE", "stop", "declined"),
+    ],
+)
+def test_each_refusal_is_none_and_counted_by_kind(reply, finish_reason, kind):
+    agent = agent_replying(reply, finish_reason)
+    assert agent.propose(ARTIFACT, TASK, "It is probably Paris, a lovely city.", 0.0) is None
+    stats = agent.stats()
+    assert stats[kind] == 1 and stats["proposals"] == 1 and stats["rules"] == 0
+    assert stats["proposals"] == stats["rules"] + stats["declined"] + stats["refused"]
+
+
+def test_a_cut_off_reply_is_refused_even_when_it_reads_like_a_rule(caplog):
+    caplog.set_level(logging.WARNING, logger="agentdescent.agents")
+    agent = agent_replying("Always answer with the bare year.", "length", max_tokens=8)
+    assert agent.propose(PLAYBOOK, TASK, "Paris", 0.0) is None
+    assert agent.stats()["truncated"] == 1
+    [warning] = caplog.records
+    assert "cut off by the per-call limit" in warning.getMessage() and "max_tokens=8" in warning.getMessage()
+
+
+def test_max_proposal_chars_is_the_size_knob():
+    rule = "Answer with the bare year and never a sentence."
+    assert agent_replying(rule, max_proposal_chars=len(rule)).propose(PLAYBOOK, TASK, "x", 0.0) == rule
+    short = agent_replying(rule, max_proposal_chars=len(rule) - 1)
+    assert short.propose(PLAYBOOK, TASK, "x", 0.0) is None and short.stats()["too_long"] == 1
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match="max_proposal_chars"):
+            agent_replying(rule, max_proposal_chars=bad)
+    with pytest.raises(TypeError, match="max_proposal_chars"):
+        agent_replying(rule, max_proposal_chars=10.0)
+
+
+def test_stats_add_up_over_a_mix_of_replies():
+    replies = iter(["Use digits.", "NONE", "", "Use digits.\n\n# Playbook", "Paris"])
+    agent = LLMAgent(FakeProvider(lambda messages, **options: next(replies)))
+    results = [agent.propose(PLAYBOOK, TASK, "x", 0.0) for _ in range(5)]
+    assert results == ["Use digits.", None, None, "Use digits.", None]
+    stats = agent.stats()
+    assert {k: stats[k] for k in ("proposals", "rules", "declined", "empty", "not_a_rule", "cleaned",
+                                  "refused")} == {"proposals": 5, "rules": 2, "declined": 1, "empty": 1,
+                                                  "not_a_rule": 1, "cleaned": 1, "refused": 2}
+    assert agent.declined == 1 and agent.empty_replies == 1
+    assert set(REFUSAL_KINDS) <= set(stats)
+
+
+def test_parse_proposal_is_usable_on_its_own():
+    parsed = parse_proposal("Rule: Name the city.\n\n# Playbook", artifact=PLAYBOOK)
+    assert parsed.text == "Name the city." and parsed.kind == "rule" and parsed.cleaned
+    assert parse_proposal("x", finish_reason="length").kind == "truncated"
+    with pytest.raises(ValueError, match="mode"):
+        parse_proposal("x", mode="essay")
+
+
+# --------------------------------------------------------------------------- rewrite mode
+
+
+def test_rewrite_mode_returns_the_whole_new_text():
+    current = "You are a quiz assistant."
+    agent = agent_replying("Here is the improved prompt:\n```text\n# Role\nYou are a quiz assistant. "
+                           "Answer with one word.\n```\nThis version is more direct.", proposal="rewrite")
+    new = agent.propose(current, TASK, "It is Paris.", 0.0)
+    assert new == "# Role\nYou are a quiz assistant. Answer with one word."  # headings stay
+    prompt = agent.provider.requests[0]["messages"][0]["content"]
+    assert "Current instructions:\nYou are a quiz assistant." in prompt and "complete new" in prompt
+    same = agent_replying("You are a quiz assistant.", proposal="rewrite")
+    assert same.propose(current, TASK, "x", 0.0) is None and same.stats()["restated"] == 1
+
+
+def test_rewrite_mode_needs_the_artifact_in_its_template():
+    with pytest.raises(ValueError, match=r"no \{artifact\} field"):
+        LLMAgent(FakeProvider(lambda m, **o: "x"), proposal="rewrite", propose_template="{prompt} {output}")
+    with pytest.raises(ValueError, match="'rule'"):
+        LLMAgent(FakeProvider(lambda m, **o: "x"), proposal="rules")
+
+
+def test_single_slot_prompt_evolves_with_rewrites():
+    from agentdescent import SingleSlot, evolve
+
+    tasks = [Task(f"t{i}", f"What is {i} + {i}?", {"answer": str(2 * i)}) for i in range(8)]
+
+    def handler(messages, **options):
+        user = messages[-1]["content"]
+        if "Current instructions" in user:
+            return "You answer arithmetic questions. Reply with the number only."
+        system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+        task = next(t for t in tasks if t.prompt == user)
+        return task.meta["answer"] if "number only" in system else f"The answer is {task.meta['answer']}."
+
+    agent = LLMAgent(FakeProvider(handler), proposal="rewrite")
+    result = evolve(tasks, lambda task, out: float(out.strip() == task.meta["answer"]), agent=agent,
+                    strategy=SingleSlot("You answer arithmetic questions."), rounds=3, n_workers=2)
+    assert result.rendered == "You answer arithmetic questions. Reply with the number only."
+    assert result.final_reward == 1.0 and agent.stats()["rules"] >= 1
+
+
+# --------------------------------------------------------------------------- prompt placement
+
+
+def test_artifact_in_the_user_message_through_the_solve_template():
+    fake = FakeProvider(lambda messages, **options: "Paris")
+    agent = LLMAgent(fake, solve_template="{artifact}\n\n{prompt}")
+    agent.solve(PLAYBOOK, TASK)
+    assert fake.requests[0]["messages"] == [{"role": "user", "content": f"{PLAYBOOK}\n\n{TASK.prompt}"}]
+    agent.solve("# Playbook", TASK)  # no rules yet: nothing to show
+    assert fake.requests[1]["messages"] == [{"role": "user", "content": TASK.prompt}]
+
+
+@pytest.mark.parametrize("rendered", ["", "   \n ", "# Playbook", "# Rules\n\n", "## Skill\n# Playbook"])
+def test_an_empty_artifact_sends_no_system_message(rendered):
+    fake = FakeProvider(lambda messages, **options: "Paris")
+    agent = LLMAgent(fake)
+    agent.solve(rendered, TASK)
+    assert fake.requests[0]["messages"] == [{"role": "user", "content": TASK.prompt}]
+    agent.propose(rendered, TASK, "x", 0.0)
+    assert "Current playbook:\n(empty)\n" in fake.requests[1]["messages"][0]["content"]
+    assert is_blank_artifact(rendered)
+
+
+def test_a_title_with_rules_is_not_empty():
+    assert not is_blank_artifact("# Playbook\n- Answer in one word.")
+    assert not is_blank_artifact("#hashtags are text, not headings")
+    agent = LLMAgent(FakeProvider(lambda messages, **options: "Paris"))
+    assert agent.messages_for_solve(PLAYBOOK, TASK)[0] == {"role": "system", "content": PLAYBOOK}
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(("value", "error"), [(0, ValueError), (-1, ValueError), (True, TypeError),
+                                              (1.5, TypeError), ("64", TypeError)])
+def test_max_tokens_must_be_a_positive_int_and_says_it_is_per_call(value, error):
+    with pytest.raises(error) as info:
+        LLMAgent(FakeProvider(lambda m, **o: "x"), max_tokens=value)
+    message = str(info.value)
+    assert "per-call limit" in message and "evolve(max_tokens=...)" in message
+
+
+@pytest.mark.parametrize(("value", "error"), [(-0.1, ValueError), (float("nan"), ValueError),
+                                              (float("inf"), ValueError), ("0.2", TypeError), (True, TypeError)])
+def test_temperature_must_be_a_number_at_least_zero(value, error):
+    with pytest.raises(error, match="temperature"):
+        LLMAgent(FakeProvider(lambda m, **o: "x"), temperature=value)
+
+
+def test_solve_replies_cut_off_are_counted(caplog):
+    caplog.set_level(logging.WARNING, logger="agentdescent.agents")
+    agent = agent_replying("The Berlin Wall fell in", "length", max_tokens=5)
+    assert agent.solve(PLAYBOOK, TASK) == "The Berlin Wall fell in"  # returned as it is
+    assert agent.stats()["solves"] == 1 and agent.stats()["solves_truncated"] == 1
+    assert "max_tokens=5" in caplog.records[0].getMessage()
+
+
+def test_a_cut_off_proposal_over_a_real_server_is_refused():
+    with LLMServer() as server:
+        provider = openai_compatible("test-model", base_url=server.openai_base_url, api_key="local",
+                                     max_retries=0)
+        agent = LLMAgent(provider, max_tokens=6)
+        server.push(openai_body("Always answer with the bare", finish_reason="length", completion_tokens=6))
+        server.push(openai_body("Always answer with the bare year.\n\n# Playbook"))
+        assert agent.propose(PLAYBOOK, TASK, "It is Paris.", 0.0) is None
+        assert agent.propose(PLAYBOOK, TASK, "It is Paris.", 0.0) == "Always answer with the bare year."
+        assert server.requests[0].body["max_tokens"] == 6
+    assert agent.stats()["truncated"] == 1 and agent.stats()["rules"] == 1

@@ -622,3 +622,128 @@ def test_provider_classes_satisfy_the_protocol(server, clock):
     assert isinstance(make_openai(server, clock), OpenAICompatibleProvider)
     assert isinstance(make_anthropic(server, clock), Provider)
     assert isinstance(from_callable(lambda p: p), Provider)
+
+
+# --------------------------------------------------------------------------- per-call options
+
+
+@pytest.mark.parametrize("model", ["o3-mini", "o1", "gpt-5", "gpt-5-mini", "openai/o4-mini"])
+def test_reasoning_model_names_get_max_completion_tokens(server, clock, model):
+    provider = make_openai(server, clock)
+    server.push(openai_body("ok"))
+    provider.complete(USER, model=model, max_tokens=64)
+    body = server.requests[0].body
+    assert body["max_completion_tokens"] == 64 and "max_tokens" not in body
+    assert provider.limit_param(model) == "max_completion_tokens"
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "smollm2-135m", "deepseek-chat", "olmo-2"])
+def test_other_model_names_keep_max_tokens(server, clock, model):
+    provider = make_openai(server, clock)
+    server.push(openai_body("ok"))
+    provider.complete(USER, model=model, max_tokens=64)
+    body = server.requests[0].body
+    assert body["max_tokens"] == 64 and "max_completion_tokens" not in body
+
+
+def test_token_limit_param_overrides_the_name_rule(server, clock):
+    forced = make_openai(server, clock, token_limit_param="max_completion_tokens")
+    plain = make_openai(server, clock, token_limit_param="max_tokens")
+    server.push(openai_body("ok"))
+    server.push(openai_body("ok"))
+    forced.complete(USER, max_tokens=10)               # test-model: not a reasoning name
+    plain.complete(USER, model="o3-mini", max_tokens=10)
+    assert server.requests[0].body["max_completion_tokens"] == 10
+    assert "max_tokens" not in server.requests[0].body
+    assert server.requests[1].body["max_tokens"] == 10
+    with pytest.raises(ValueError, match="token_limit_param"):
+        make_openai(server, clock, token_limit_param="max_output_tokens")
+
+
+def test_a_max_completion_tokens_complaint_names_the_knob(server, clock):
+    provider = make_openai(server, clock)
+    server.push({"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with "
+                                      "this model. Use 'max_completion_tokens' instead."}}, status=400)
+    with pytest.raises(ProviderBadRequestError, match="token_limit_param='max_completion_tokens'"):
+        provider.complete(USER, max_tokens=10)
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_a_per_call_limit_below_one_is_refused_before_sending(server, clock, bad):
+    # llama.cpp servers read max_tokens=0 as "no limit"; it must never reach the wire
+    provider = make_openai(server, clock)
+    with pytest.raises(ValueError, match="per-call limit"):
+        provider.complete(USER, max_tokens=bad)
+    with pytest.raises(TypeError, match="per-call limit"):
+        provider.complete(USER, max_tokens=12.5)
+    with pytest.raises(ValueError, match="temperature"):
+        provider.complete(USER, temperature=-0.1)
+    assert server.requests == []
+
+
+def test_a_404_from_a_base_url_without_v1_says_to_add_it(server, clock):
+    provider = openai_compatible("test-model", base_url=server.base_url, api_key=KEY,
+                                 sleep=clock.sleep, clock=clock)
+    server.push({"detail": "Not Found"}, status=404)
+    with pytest.raises(ProviderBadRequestError) as info:
+        provider.complete(USER)
+    message = str(info.value)
+    assert "HTTP 404" in message and "has no /v1" in message
+    assert f"base_url='{server.base_url}/v1'" in message
+    assert server.requests[0].path == "/chat/completions"
+
+
+def test_a_404_with_v1_points_at_the_model_name(server, clock):
+    provider = make_openai(server, clock)
+    server.push({"error": {"message": "model 'nope' not found"}}, status=404)
+    with pytest.raises(ProviderBadRequestError, match="check the model name") as info:
+        provider.complete(USER)
+    assert "/v1'" not in str(info.value)
+
+
+def test_anthropic_404_from_a_base_url_with_v1_says_to_drop_it(server, clock):
+    provider = anthropic("claude-test", base_url=server.base_url + "/v1", api_key=KEY,
+                         sleep=clock.sleep, clock=clock)
+    server.push({"type": "error", "error": {"type": "not_found_error", "message": "Not found"}}, status=404)
+    with pytest.raises(ProviderBadRequestError, match="drop it") as info:
+        provider.complete(USER)
+    assert f"base_url='{server.base_url}'" in str(info.value)
+
+
+def test_anthropic_temperature_is_a_top_level_request_field(server, clock):
+    provider = make_anthropic(server, clock)
+    server.push(anthropic_body("ok"))
+    server.push(anthropic_body("ok"))
+    provider.complete(USER, temperature=0.3, max_tokens=20)
+    provider.complete(USER)
+    body = server.requests[0].body
+    assert body["temperature"] == 0.3 and body["max_tokens"] == 20
+    assert "extra_body" not in body and all(not isinstance(v, dict) or "temperature" not in v
+                                            for v in body.values())
+    assert "temperature" not in server.requests[1].body
+    with pytest.raises(ValueError, match="from 0 to 1"):
+        provider.complete(USER, temperature=1.5)
+    assert len(server.requests) == 2
+
+
+def test_anthropic_temperature_uses_the_sdk_argument_when_there_is_one():
+    seen: list[dict] = []
+
+    class Messages:
+        def create(self, *, model, messages, max_tokens, temperature=None, system=None,
+                   tools=None, extra_body=None):
+            seen.append({"temperature": temperature, "extra_body": extra_body})
+            raise RuntimeError("stop here")  # not an SDK error: surfaces unchanged
+
+    class Client:
+        messages = Messages()
+        base_url = "http://127.0.0.1:1"
+
+    sdk = type("SDK", (), {})
+    provider = AnthropicProvider(max_tokens=16, sdk=sdk, client=Client(), model="m",
+                                 endpoint="http://127.0.0.1:1", key="k" * 20, max_retries=0,
+                                 max_retry_seconds=1.0, initial_backoff=0.0, max_backoff=0.0,
+                                 usage=None, seed=0, sleep=lambda s: None, clock=lambda: 0.0)
+    with pytest.raises(RuntimeError, match="stop here"):
+        provider._send(USER, "m", {"temperature": 0.2})
+    assert seen == [{"temperature": 0.2, "extra_body": None}]

@@ -100,3 +100,39 @@ def test_cli_source_hf_with_a_real_provider_runs_offline(tmp_path: Path, monkeyp
     assert all(r["test"] == pytest.approx(1.0) for r in data["rows"])  # the skill learned brevity
     assert data["arguments"]["source"] == "hf"
     assert "sk-loopback-test-key" not in out.read_text() + capsys.readouterr().out
+
+
+def _arithmetic_model(path: str, body: dict) -> Reply:
+    """Answers 'The answer is N.' unless the skill asks for the number only; proposes that rule."""
+    messages = body["messages"]
+    system = " ".join(m["content"] for m in messages if m["role"] == "system").lower()
+    user = messages[-1]["content"]
+    if "playbook" in user.lower():
+        text = "Reply with the number only, no sentence."
+    else:
+        a, b = (int(x) for x in user.removeprefix("What is ").removesuffix("?").split(" + "))
+        text = str(a + b) if "number only" in system else f"The answer is {a + b}."
+    return Reply(200, openai_body(text, prompt_tokens=len(user) // 4 + 1, completion_tokens=4), {}, 0.0)
+
+
+def test_cli_source_jsonl_with_a_real_provider_runs_offline(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"id": f"s{i}", "question": f"What is {i} + {i + 3}?",
+                                        "answer": str(2 * i + 3)}) + "\n" for i in range(30)))
+    out = tmp_path / "ab.json"
+    with LLMServer(responder=_arithmetic_model) as llm:
+        code = ab_allocator.main([
+            "--max-tokens", "4000", "--seeds", "0,1,2", "--source", "jsonl", "--data", str(data),
+            "--provider", "openai", "--model", "test-model", "--base-url", llm.openai_base_url,
+            "--api-key", "sk-jsonl-secret-key", "--metric", "exact", "--call-tokens", "12",
+            "--workers", "2", "--rounds", "4", "--json", str(out),
+        ])
+        bodies = [r.body for r in llm.requests]
+    assert code == 0
+    data_out = json.loads(out.read_text())
+    assert [r["status"] for r in data_out["rows"]] == ["ok"] * 6
+    assert all(r["test"] == pytest.approx(1.0) for r in data_out["rows"])  # the skill learned the form
+    assert data_out["arguments"]["source"] == "jsonl"
+    assert all(b["max_tokens"] == 12 for b in bodies)
+    assert "sk-jsonl-secret-key" not in out.read_text() + capsys.readouterr().out

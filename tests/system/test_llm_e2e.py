@@ -45,7 +45,38 @@ def test_evolve_with_llm_agent_over_a_loopback_server_records_calls_and_tokens()
     assert "sk-e2e-secret-key" not in repr(result.to_json())
 
 
-def test_skill_evolution_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
+def test_skill_evolution_dry_run_shows_progress_by_default(capsys: pytest.CaptureFixture[str]) -> None:
     assert skill_evolution.main(["--dry-run", "--rounds", "4"]) == 0
-    out = capsys.readouterr().out
-    assert "Evolved skill" in out and "bare year" in out
+    captured = capsys.readouterr()
+    assert "Evolved skill" in captured.out and "bare year" in captured.out
+    assert captured.out.startswith("Evolving a QA skill")  # said before the first call
+    assert "evolve" in captured.err  # the progress bar
+    assert "proposals:" in captured.out and "refused:" in captured.out
+
+
+def test_skill_evolution_no_progress_prints_each_round(capsys: pytest.CaptureFixture[str]) -> None:
+    assert skill_evolution.main(["--dry-run", "--rounds", "2", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "round 1: held-out" in captured.out and captured.err == ""
+
+
+def test_skill_evolution_against_a_server_takes_the_call_knobs(capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    tasks = skill_evolution.make_tasks()
+    model = skill_evolution.simulated_reply(tasks)
+
+    def respond(path: str, body: dict) -> Reply:
+        return Reply(200, openai_body(model(body["messages"])), {}, 0.0)
+
+    with LLMServer(responder=respond) as server:
+        args = ["--provider", "openai", "--model", "test-model", "--base-url", server.openai_base_url,
+                "--rounds", "2", "--no-progress", "--call-tokens", "33", "--temperature", "0.4",
+                "--skill-in", "user"]
+        with pytest.raises(SystemExit) as info:  # no key anywhere: the CLI says which flag
+            skill_evolution.main(args)
+        assert info.value.code == 2 and "--api-key" in capsys.readouterr().err
+        assert skill_evolution.main([*args, "--api-key", "local"]) == 0
+        bodies = [r.body for r in server.requests]
+    assert bodies and all(b["max_tokens"] == 33 and b["temperature"] == 0.4 for b in bodies)
+    assert all(m["role"] == "user" for b in bodies for m in b["messages"])  # --skill-in user

@@ -1,0 +1,104 @@
+"""The stand-in model docs/tutorial.md runs against: a scripted OpenAI-compatible server on 127.0.0.1.
+
+The tutorial's python blocks are executed by tests/test_docs.py, offline. Its first block
+starts this server; every later block talks to it through the real `openai_compatible`
+adapter and the openai SDK, exactly as it would talk to vLLM or llama.cpp. The stand-in
+behaves like a small model that knows the routing task but not its house rules:
+
+- it answers a ticket with a sentence ("This ticket is for the billing team.") until
+  the skill asks for the label only;
+- it sends password and login tickets to ``tech`` until the skill says they belong to
+  ``account``;
+- asked for a rule, it proposes the one that fixes what went wrong, sometimes with the
+  playbook's heading copied after it (cleaned off by `LLMAgent`), and for a few tickets
+  a reply cut off by the per-call limit (refused, and counted);
+- asked for a rewrite (``proposal="rewrite"``), it returns the whole new instructions.
+
+Every reply reports ``usage`` (``ceil(chars / 4)`` each way), as a real server does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tests.llm_server import LLMServer, Reply, openai_body
+
+__all__ = ["TICKETS", "start_stand_in"]
+
+#: (ticket, label): the tutorial's task set.
+TICKETS = (
+    ("I was charged twice for my subscription this month.", "billing"),
+    ("Please send me a copy of last year's invoice.", "billing"),
+    ("How do I get a refund for the annual plan?", "billing"),
+    ("My card was declined but the money left my account.", "billing"),
+    ("Why did my bill go up in March?", "billing"),
+    ("The app crashes when I open the settings page.", "tech"),
+    ("Uploading a photo fails with error 500.", "tech"),
+    ("The dashboard is blank in Firefox.", "tech"),
+    ("Sync between my phone and laptop stopped working.", "tech"),
+    ("Exports to CSV come out empty.", "tech"),
+    ("I forgot my password and the reset email never arrives.", "account"),
+    ("Please change the email address on my account.", "account"),
+    ("I cannot log in after enabling two-factor authentication.", "account"),
+    ("How do I delete my account?", "account"),
+    ("My password reset link says it has expired.", "account"),
+    ("Add a second admin to our team account.", "account"),
+)
+
+FORMAT_RULE = "Reply with the label only: billing, tech or account."
+LOGIN_RULE = "Password and login problems go to account."
+_LOGIN_WORDS = ("password", "log in")
+
+
+def _label(ticket: str, skill: str) -> str:
+    gold = dict(TICKETS)[ticket]
+    if any(w in ticket.lower() for w in _LOGIN_WORDS) and "password" not in skill.lower():
+        return "tech"  # the small model's blind spot
+    return gold
+
+
+def _answer(ticket: str, skill: str) -> str:
+    label = _label(ticket, skill)
+    return label if "label only" in skill.lower() else f"This ticket is for the {label} team."
+
+
+def _ticket_in(text: str) -> str | None:
+    return next((t for t, _ in TICKETS if t in text), None)
+
+
+def _reply(messages: list[dict[str, Any]]) -> tuple[str, str]:
+    user = messages[-1]["content"]
+    if "Current playbook:" in user or "Current instructions:" in user:  # a propose call
+        ticket = _ticket_in(user)
+        answered = user.split("The assistant's answer:", 1)[1]
+        wrong_label = _LOGIN_WORDS[0] in (ticket or "").lower() or _LOGIN_WORDS[1] in (ticket or "").lower()
+        fix = FORMAT_RULE if "team." in answered else LOGIN_RULE if wrong_label else None
+        if "Current instructions:" in user:  # rewrite mode: the whole new text
+            current = user.split("Current instructions:\n", 1)[1].split("\n\nTask:", 1)[0]
+            if fix is None or fix in current:
+                return "NONE", "stop"
+            return (current + " " + fix).strip(), "stop"
+        if fix is None:
+            return "NONE", "stop"
+        if ticket is not None and TICKETS.index((ticket, dict(TICKETS)[ticket])) % 5 == 4:
+            return "Always reply with the", "length"  # cut off by the per-call limit
+        return f"{fix}\n\n# Playbook", "stop"
+    system = " ".join(m["content"] for m in messages if m["role"] == "system")
+    ticket = _ticket_in(user)
+    if ticket is None:
+        return "I can only route support tickets.", "stop"
+    skill = system + (user.split(ticket, 1)[0] if ticket in user else "")
+    return _answer(ticket, skill), "stop"
+
+
+def _respond(path: str, body: dict[str, Any]) -> Reply:
+    text, finish = _reply(body["messages"])
+    prompt = math.ceil(sum(len(m["content"] or "") for m in body["messages"]) / 4)
+    return Reply(200, openai_body(text, prompt_tokens=prompt, completion_tokens=math.ceil(len(text) / 4),
+                                  model=body.get("model", "stand-in"), finish_reason=finish), {}, 0.0)
+
+
+def start_stand_in() -> LLMServer:
+    """Start the stand-in model; ``server.openai_base_url`` is its base URL, ``server.close()`` stops it."""
+    return LLMServer(responder=_respond)
