@@ -599,6 +599,8 @@ def _svg(points: list[tuple[float, float]], width: int = 640, height: int = 240)
         f'<text x="{pad}" y="20" font-size="12">held-out reward (0-1) against tokens spent ({int(x0)}-{int(x1)})</text>'
         f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>'
         f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'
+        f'<text x="{pad - 6}" y="{height - pad + 4}" font-size="11" text-anchor="end">0</text>'
+        f'<text x="{pad - 6}" y="{pad + 4}" font-size="11" text-anchor="end">1</text>'
         f'<polyline fill="none" stroke="#1f6feb" stroke-width="2" points="{line}"/>'
         f'<g fill="#1f6feb">{dots}</g></svg>'
     )
