@@ -262,7 +262,7 @@ def required_gain(head_scores: Sequence[float], version: int, base_delta: float 
     if room <= 0 or not passes(room):
         return math.inf
     low, high = 0.0, room
-    for _ in range(40):
+    for _ in range(24):  # to room / 2**24: far finer than one task's score
         mid = (low + high) / 2
         if passes(mid):
             high = mid
@@ -403,10 +403,10 @@ def sequential_verdict(
             True, False, f"cannot be accepted even if all {len(unscored)} unscored task(s) pass "
             f"({best_case.reason} at best)",
         )
-    need = required_gain(head_scores, version, base_delta) if needed_gain is None else needed_gain
-    net = sum(min(1.0, max(0.0, c)) - head[i] for i, c in observed.items())
-    room = float(sum(1.0 - head[i] for i in unscored))
     if futility > 0 and len(observed) >= min_observed:
+        need = required_gain(head_scores, version, base_delta) if needed_gain is None else needed_gain
+        net = sum(min(1.0, max(0.0, c)) - head[i] for i, c in observed.items())
+        room = float(sum(1.0 - head[i] for i in unscored))
         gained = sum(max(0.0, min(1.0, c) - head[i]) for i, c in observed.items())
         tried = sum(1.0 - head[i] for i in observed)
         p = _beta_binomial_tail(int(round(room)), 1.0 + gained, 1.0 + max(0.0, tried - gained),

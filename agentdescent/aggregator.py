@@ -756,8 +756,7 @@ class Aggregator:
         order = evaluation_order(head_scores, seed)
         batch = cfg.eval_batch or max(4, math.ceil(n / 8))
         key = (aid, prepared.head_version)
-        if key not in self._needed_gain:
-            self._needed_gain[key] = required_gain(head_scores, prepared.head_version, cfg.base_delta)
+        min_observed = math.ceil(cfg.min_eval_fraction * n)
         observed: dict[int, float] = {}
         verdict = None
         for start in range(0, n, batch):
@@ -766,10 +765,13 @@ class Aggregator:
             observed.update(zip(indices, (float(x) for x in scores)))
             if len(observed) == n:
                 break
+            if cfg.futility > 0 and len(observed) >= min_observed and key not in self._needed_gain:
+                # the futility test's threshold: once per head version, and only once it can apply
+                self._needed_gain[key] = required_gain(head_scores, prepared.head_version, cfg.base_delta)
             verdict = sequential_verdict(
                 head_scores, observed, prepared.head_version, base_delta=cfg.base_delta,
                 max_regressions=cfg.max_regressions, futility=cfg.futility,
-                min_observed=math.ceil(cfg.min_eval_fraction * n), needed_gain=self._needed_gain[key],
+                min_observed=min_observed, needed_gain=self._needed_gain.get(key),
             )
             if verdict.settled:
                 break
