@@ -62,7 +62,7 @@ _BACKOFF_BASE = 0.5  # seconds; doubles per retry
 _BACKOFF_CAP = 8.0
 _RETRY_AFTER_CAP = 60.0  # a server asking for longer than this is treated as down
 _CACHE_FORMAT = 1
-_INSTALL_HINT = 'pip install "agentdescent[hf]"'
+_INSTALL_HINT = 'pip install -e ".[hf]" from a checkout of this project'
 
 # The retry sleep, looked up at call time so tests can replace it and never wait.
 _sleep: Callable[[float], None] = time.sleep

@@ -389,7 +389,8 @@ def _load_sdk(name: str, extra: str, endpoint: str) -> Any:
     # Raised outside the ``except`` so the ImportError is not chained as __context__.
     err = ProviderDependencyError(
         f"the {name!r} package is needed for agentdescent.providers.{extra}() but is "
-        f'not installed; install the extra: pip install "agentdescent[{extra}]"'
+        f'not installed; install the extra from a checkout of this project: pip install -e ".[{extra}]" '
+        f'(not "agentdescent[{extra}]" from the package index, which is another project)'
     )
     err.endpoint = endpoint
     raise err

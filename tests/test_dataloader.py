@@ -457,7 +457,7 @@ def test_bad_arguments_are_value_errors_naming_the_argument(
 
 def test_missing_httpx_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "httpx", None)
-    with pytest.raises(ImportError, match=r'pip install "agentdescent\[hf\]"'):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[hf\]"'):
         hf_rows("d", "train", cache=False)
 
 

@@ -372,7 +372,7 @@ def test_missing_sdk_names_the_extra(monkeypatch, factory, module):
     with pytest.raises(ProviderDependencyError) as info:
         factory("some-model", api_key=KEY)
     assert isinstance(info.value, ImportError) and isinstance(info.value, ProviderError)
-    assert f'pip install "agentdescent[{module}]"' in str(info.value)
+    assert f'pip install -e ".[{module}]"' in str(info.value)
 
 
 def test_bad_knobs_are_value_errors():
