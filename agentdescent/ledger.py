@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,12 +285,19 @@ class RunStateStore(Protocol):
     merging thread only.
     """
 
-    def save_run_state(self, run_id: str, state: Mapping[str, Any]) -> None:
-        """Replace the run's saved progress with ``state`` (a JSON-ready mapping), atomically."""
+    def save_run_state(self, run_id: str, state: Mapping[str, Any],
+                       rounds: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Replace the run's saved progress with ``state``, and store ``rounds``, atomically.
+
+        ``state`` is a JSON-ready mapping; each of ``rounds`` is one round's JSON with an
+        ``"index"``, stored under that index (a round saved again replaces its earlier
+        copy). Rounds are kept apart from the state so that a long run saves only what is
+        new, not its whole history, after every round.
+        """
         ...
 
     def load_run_state(self, run_id: str) -> dict[str, Any] | None:
-        """The run's saved progress, or None if it never saved any."""
+        """The run's saved progress with ``"history"``: its rounds in index order; None if none."""
         ...
 
 
@@ -306,18 +313,27 @@ class MemoryLedger:
         self._lock = threading.Lock()
         self._records: dict[str, _Record] = {}
         self._run_states: dict[str, str] = {}
+        self._run_rounds: dict[str, dict[int, str]] = {}
 
-    def save_run_state(self, run_id: str, state: Mapping[str, Any]) -> None:
-        """Keep the run's progress (as JSON text, so what comes back is a copy)."""
+    def save_run_state(self, run_id: str, state: Mapping[str, Any],
+                       rounds: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Keep the run's progress and rounds (as JSON text, so what comes back is a copy)."""
         text = json.dumps(dict(state), sort_keys=True)
+        stored = {int(r["index"]): json.dumps(dict(r), sort_keys=True) for r in rounds}
         with self._lock:
             self._run_states[run_id] = text
+            self._run_rounds.setdefault(run_id, {}).update(stored)
 
     def load_run_state(self, run_id: str) -> dict[str, Any] | None:
-        """The run's saved progress, or None."""
+        """The run's saved progress with its rounds as ``"history"``, or None."""
         with self._lock:
             text = self._run_states.get(run_id)
-        return None if text is None else json.loads(text)
+            rounds = dict(self._run_rounds.get(run_id, {}))
+        if text is None:
+            return None
+        state = json.loads(text)
+        state["history"] = [json.loads(rounds[i]) for i in sorted(rounds)]
+        return state
 
     def __repr__(self) -> str:
         return f"MemoryLedger(artifacts={len(self._records)})"
@@ -449,6 +465,11 @@ _CREATE_SCHEMA = (
     " run_id TEXT PRIMARY KEY,"
     " state_json TEXT NOT NULL,"
     " updated_at REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS run_rounds ("
+    " run_id TEXT NOT NULL,"
+    " idx INTEGER NOT NULL,"
+    " round_json TEXT NOT NULL,"
+    " PRIMARY KEY (run_id, idx))",
 )
 
 
@@ -1000,20 +1021,26 @@ class SqliteLedger:
             for version, state_json, meta_json in rows
         ]
 
-    def save_run_state(self, run_id: str, state: Mapping[str, Any]) -> None:
-        """Replace the run's saved progress in one transaction (JSON, never pickle).
+    def save_run_state(self, run_id: str, state: Mapping[str, Any],
+                       rounds: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Replace the run's saved progress and store ``rounds``, in one transaction (JSON, never pickle).
 
         Raises:
             LedgerError: the file cannot be written.
         """
         text = json.dumps(dict(state), sort_keys=True)
-        conn = self._conn()
-        with self._translate(f"saving the run state of {run_id!r}"):
+        rows = [(run_id, int(r["index"]), json.dumps(dict(r), sort_keys=True)) for r in rounds]
+        with self._write(f"saving the run state of {run_id!r}") as conn:
             conn.execute(
                 "INSERT INTO run_state (run_id, state_json, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(run_id) DO UPDATE SET state_json = excluded.state_json, "
                 "updated_at = excluded.updated_at",
                 (run_id, text, time.time()),
+            )
+            conn.executemany(
+                "INSERT INTO run_rounds (run_id, idx, round_json) VALUES (?, ?, ?) "
+                "ON CONFLICT(run_id, idx) DO UPDATE SET round_json = excluded.round_json",
+                rows,
             )
 
     def load_run_state(self, run_id: str) -> dict[str, Any] | None:
@@ -1025,6 +1052,9 @@ class SqliteLedger:
         conn = self._conn()
         with self._translate(f"reading the run state of {run_id!r}"):
             row = conn.execute("SELECT state_json FROM run_state WHERE run_id = ?", (run_id,)).fetchone()
+            rounds = conn.execute(
+                "SELECT idx, round_json FROM run_rounds WHERE run_id = ? ORDER BY idx", (run_id,)
+            ).fetchall()
         if row is None:
             return None
         try:
@@ -1037,6 +1067,13 @@ class SqliteLedger:
                 f"JSON object ({state}); the artifact's versions are intact: open the file with a "
                 "new artifact_id, or delete the run_state row to start the run's counters over"
             )
+        try:
+            state["history"] = [json.loads(text) for _, text in rounds]
+        except ValueError as exc:
+            raise LedgerError(
+                f"ledger file {str(self._path)!r}: a saved round of run {run_id!r} is not JSON "
+                f"({exc}); the artifact's versions are intact: open the file with a new artifact_id"
+            ) from None
         return state
 
     def blast_radius(self, artifact_id: str) -> float:

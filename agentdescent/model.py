@@ -287,6 +287,24 @@ class Usage:
         for name, value in state.items():
             setattr(self, name, value)
 
+    def to_json(self) -> dict[str, Any]:
+        """Every counter and the per-phase totals, JSON-ready (`from_json` reads it back)."""
+        with self._lock:
+            return {
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "cached_tokens": self.cached_tokens, "cache_write_tokens": self.cache_write_tokens,
+                "calls": self.calls, "total_tokens": self.prompt_tokens + self.completion_tokens,
+                "phases": dict(sorted(self._phases.items())),
+            }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Usage:
+        """A meter holding what `to_json` (or `snapshot`) wrote; building it spends nothing."""
+        meter = cls(data["prompt_tokens"], data["completion_tokens"], data["cached_tokens"], data["calls"],
+                    cache_write_tokens=data.get("cache_write_tokens", 0))
+        meter._phases.update({str(k): int(v) for k, v in data.get("phases", {}).items()})
+        return meter
+
     def copy(self) -> Usage:
         """An independent meter holding the same counts and phases (taken under the lock)."""
         with self._lock:

@@ -131,7 +131,7 @@ class EvolutionResult:
             "stop_reason": self.stop_reason,
             "history": [h.to_json() for h in self.history],
             "forced_refreshes": self.forced_refreshes,
-            "usage": {**self.usage.snapshot(), "phases": self.usage.by_phase()},
+            "usage": self.usage.to_json(),
             "budget": self.budget,
             "artifact_id": self.artifact_id,
             "version": self.version,
@@ -162,10 +162,7 @@ class EvolutionResult:
                 raise ValueError(f"the JSON is a {type(data).__name__}, not an object")
             if data.get("format") != "agentdescent-result/1":
                 raise ValueError(f"format marker is {data.get('format')!r}")
-            snap = data["usage"]
-            usage = Usage(snap["prompt_tokens"], snap["completion_tokens"], snap["cached_tokens"], snap["calls"])
-            usage.cache_write_tokens = int(snap.get("cache_write_tokens", 0))
-            usage._phases.update({str(k): int(v) for k, v in snap.get("phases", {}).items()})
+            usage = Usage.from_json(data["usage"])
             return cls(
                 state=dict(data["state"]),
                 rendered=data["rendered"],

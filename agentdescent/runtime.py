@@ -520,6 +520,11 @@ class _Counters:
         with self._lock:
             return dict(sorted(self._c.items()))
 
+    def update(self, counts: Mapping[str, int]) -> None:
+        """Add saved counts (a resumed run's)."""
+        with self._lock:
+            self._c.update({str(k): int(v) for k, v in counts.items()})
+
 
 class GroupTracker:
     """Rewards per base version: the group-relative advantage, one rule for both runtimes.
@@ -712,8 +717,10 @@ class RunEnv:
     remote: bool = False
     pool: concurrent.futures.Executor | None = None
     closed: bool = False
+    persist: bool = False
     _tokens_mark: int = 0
     _failures_mark: int = 0
+    _rounds_saved: int = 0
     _in_a_row: collections.Counter[str] = field(default_factory=collections.Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _submissions: int = 0
@@ -1135,7 +1142,9 @@ def open_run(config: RunConfig) -> RunEnv:
         )
     env.aggregator = aggregator
     env.cycle = TaskCycle(train, config.seed)
-    if config.resume and isinstance(led, RunStateStore):
+    # A ledger the run made for itself (ledger=None) dies with it: nothing could resume.
+    env.persist = config.resume and config.ledger is not None and isinstance(led, RunStateStore)
+    if env.persist:
         saved = led.load_run_state(config.artifact_id)
         if saved is not None and saved.get("format") == RUN_STATE_FORMAT:
             _restore_progress(env, saved)
@@ -1363,16 +1372,14 @@ def save_progress(env: RunEnv) -> None:
     governor's and the allocator's learned state, the counters, and the head's per-task
     held-out scores (so a resumed run does not pay to evaluate its head again).
     """
-    if not (env.config.resume and isinstance(env.ledger, RunStateStore)):
+    if not env.persist:
         return
     aid = env.artifact_id
     version, _ = env.ledger.head(aid)
     head_scores = env.aggregator.cached_head_scores(aid, version)
-    snap = env.usage.snapshot()
     state = {
         "format": RUN_STATE_FORMAT,
-        "history": [h.to_json() for h in env.history],
-        "usage": {**snap, "phases": env.usage.by_phase()},
+        "usage": env.usage.to_json(),
         "initial_reward": env.initial_reward, "last_reward": env.last_reward,
         "stop": {"best": env.stops.best if math.isfinite(env.stops.best) else None,
                  "since_best": env.stops.since_best},
@@ -1386,21 +1393,22 @@ def save_progress(env: RunEnv) -> None:
         "groups": env.groups.state_dict(),
         "head": {"version": version, "held_out": [t.id for t in env.held_out], "scores": head_scores},
     }
-    env.ledger.save_run_state(aid, state)
+    # Only what changed since the last save: the new rounds, and the last saved one again
+    # (`finish` adds the tokens of work abandoned at the stop to the last round).
+    new_rounds = [h.to_json() for h in env.history[max(0, env._rounds_saved - 1):]]
+    env.ledger.save_run_state(aid, state, new_rounds)
+    env._rounds_saved = len(env.history)
 
 
 def _restore_progress(env: RunEnv, saved: Mapping[str, Any]) -> None:
     """Continue a run from `save_progress`'s state (see it for what comes back)."""
     env.history = [RoundInfo.from_json(h) for h in saved["history"]]
-    env.resumed_rounds = len(env.history)
-    snap = saved["usage"]
-    meter = Usage(snap["prompt_tokens"], snap["completion_tokens"], snap["cached_tokens"], snap["calls"],
-                  cache_write_tokens=snap.get("cache_write_tokens", 0))
-    meter._phases.update({str(k): int(v) for k, v in snap.get("phases", {}).items()})
+    env.resumed_rounds = env._rounds_saved = len(env.history)
+    meter = Usage.from_json(saved["usage"])
     env.usage = meter
     env.meters = (meter, *env.meters[1:])
     env._tokens_mark = meter.total_tokens
-    env.counters._c.update({str(k): int(v) for k, v in saved.get("counters", {}).items()})
+    env.counters.update(saved.get("counters", {}))
     env._failures_mark = env.counters.get("backend_failures")
     env.aggregator.counters.update(saved.get("merge_counters", {}))
     env.aggregator.eta_histogram.update({int(k): int(v) for k, v in saved.get("eta_histogram", {}).items()})

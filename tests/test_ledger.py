@@ -750,3 +750,20 @@ TestMemoryLedgerMachine = MemoryLedgerMachine.TestCase
 TestMemoryLedgerMachine.settings = _MACHINE_SETTINGS
 TestSqliteLedgerMachine = SqliteLedgerMachine.TestCase
 TestSqliteLedgerMachine.settings = _MACHINE_SETTINGS
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_run_state_keeps_its_rounds_apart_and_replaces_a_round_saved_again(kind, tmp_path):
+    from agentdescent.ledger import RunStateStore
+
+    ledger = MemoryLedger() if kind == "memory" else SqliteLedger(tmp_path / "l.sqlite")
+    assert isinstance(ledger, RunStateStore) and ledger.load_run_state("run") is None
+    ledger.save_run_state("run", {"step": 1}, [{"index": 1, "tokens": 5}, {"index": 2, "tokens": 7}])
+    ledger.save_run_state("run", {"step": 2}, [{"index": 2, "tokens": 9}, {"index": 3, "tokens": 1}])
+    state = ledger.load_run_state("run")
+    assert state["step"] == 2
+    assert state["history"] == [{"index": 1, "tokens": 5}, {"index": 2, "tokens": 9}, {"index": 3, "tokens": 1}]
+    if kind == "sqlite":
+        ledger.close()
+        with SqliteLedger(tmp_path / "l.sqlite") as again:  # survives a reopen
+            assert again.load_run_state("run") == state
