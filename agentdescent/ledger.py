@@ -277,8 +277,8 @@ class _Record:
 class RunStateStore(Protocol):
     """Where a run keeps its progress between processes: the library side of resume.
 
-    The engines save one JSON object per run (keyed by the artifact id) after every
-    round or sweep, and read it back when a run opens on a ledger that already holds it
+    The engines save one JSON object per run (keyed by the artifact id) and the rounds
+    that are new since the last save, after every round or sweep, and read it back when a run opens on a ledger that already holds it
     (`agentdescent.runtime.open_run`): round numbering, spend, stop-rule, allocator and
     task-order state continue instead of starting over. Both shipped ledgers implement
     it; a third-party `Ledger` without it simply runs without resume. Called from the
