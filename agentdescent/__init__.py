@@ -8,7 +8,8 @@ expensive evaluation as tokens run out.
 
 import logging
 
-from .agents import Agent, Completion, LLMAgent, Provider, Usage, usage_phase
+from ._version import VERSION
+from .agents import LLMAgent
 from .aggregator import Aggregator, AggregatorConfig, Evaluator
 from .allocator import (
     AllocateDecision,
@@ -19,29 +20,43 @@ from .allocator import (
 )
 from .async_evolve import async_evolve
 from .budget import BudgetGovernor
-from .context import (
-    DEFAULT_FORK_MIN_SPAN_RATIO,
-    ContextManager,
-    RateCard,
-    TokenCounter,
-    fork_break_even,
-)
-from .dataloader import DataLoadError, hf_rows, hf_rows_modelscope
-from .evolution import evolve
-from .governance import FAST_MAX, Layer, classify
-from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger
-from .providers import (
+from .clock import Clock, MonotonicClock
+from .compaction import DEFAULT_FORK_MIN_SPAN_RATIO, ContextManager
+from .config import Limits, Retry, RunConfig, Schedule, Split
+from .dataloader import hf_rows, hf_rows_modelscope
+from .errors import (
+    AgentDescentError,
+    BackendFailure,
+    CASConflict,
+    ContractError,
+    DataLoadError,
+    GovernanceError,
+    InvalidArgument,
+    InvalidArgumentType,
+    LedgerError,
+    ProposalContractError,
     ProviderAuthError,
     ProviderBadRequestError,
     ProviderConnectionError,
+    ProviderDependencyError,
+    ProviderError,
     ProviderRateLimitError,
     ProviderResponseError,
     ProviderTimeoutError,
     ProviderUnavailableError,
-    from_callable,
-    openai_compatible,
+    RewardContractError,
+    RunError,
+    RunFailed,
+    RunTimeout,
+    UsageError,
 )
-from .result import EvolutionResult, RoundInfo
+from .evolution import evolve
+from .governance import FAST_MAX, Layer, classify
+from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger
+from .model import Agent, Completion, Provider
+from .pricing import RateCard, fork_break_even
+from .providers import from_callable, openai_compatible
+from .result import AsyncStats, EvolutionResult, RoundInfo
 from .staleness import (
     FullStaleness,
     GuardedStaleness,
@@ -51,25 +66,11 @@ from .staleness import (
     get_policy,
 )
 from .strategies import AppendRules, KeyedRules, SingleSlot, Strategy
-from .types import (
-    AgentDescentError,
-    CASConflict,
-    ContractError,
-    Diff,
-    EvidenceCard,
-    GovernanceError,
-    LedgerError,
-    MergeOutcome,
-    MergeReport,
-    ProposalContractError,
-    ProviderError,
-    RewardContractError,
-    Task,
-    stable_hash,
-    vv_staleness,
-)
+from .tokens import TokenCounter
+from .types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, stable_hash, vv_staleness
+from .usage import Usage, usage_phase
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 # A library never prints unless asked: records go nowhere until the application
 # configures logging.
@@ -86,8 +87,11 @@ __all__ = [
     "AllocatorContext",
     "AllocatorPolicy",
     "AppendRules",
+    "AsyncStats",
+    "BackendFailure",
     "BudgetGovernor",
     "CASConflict",
+    "Clock",
     "Completion",
     "ContextManager",
     "ContractError",
@@ -99,6 +103,8 @@ __all__ = [
     "FullStaleness",
     "GovernanceError",
     "GuardedStaleness",
+    "InvalidArgument",
+    "InvalidArgumentType",
     "KeyedRules",
     "LLMAgent",
     "Layer",
@@ -106,14 +112,17 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "LedgerError",
+    "Limits",
     "MemoryLedger",
     "MergeOutcome",
     "MergeReport",
+    "MonotonicClock",
     "ProposalContractError",
     "Provider",
     "ProviderAuthError",
     "ProviderBadRequestError",
     "ProviderConnectionError",
+    "ProviderDependencyError",
     "ProviderError",
     "ProviderRateLimitError",
     "ProviderResponseError",
@@ -121,9 +130,16 @@ __all__ = [
     "ProviderUnavailableError",
     "RateCard",
     "ReflectiveStaleness",
+    "Retry",
     "RewardContractError",
     "RoundInfo",
+    "RunConfig",
+    "RunError",
+    "RunFailed",
+    "RunTimeout",
+    "Schedule",
     "SingleSlot",
+    "Split",
     "SqliteLedger",
     "StaleAction",
     "StalenessPolicy",
@@ -131,6 +147,7 @@ __all__ = [
     "Task",
     "TokenCounter",
     "Usage",
+    "UsageError",
     "ValueBudgetAllocator",
     "async_evolve",
     "classify",

@@ -21,7 +21,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 from .acceptance import (
     AcceptanceDecision,
@@ -32,46 +32,44 @@ from .acceptance import (
     sequential_verdict,
 )
 from .allocator import AllocatorPolicy, pre_spend_context
+from .errors import CASConflict, GovernanceError, InvalidArgumentType
+from .evidence_pool import EvidencePool, PoolEntry
 from .fusion import rank_cards, resolve_conflicts, union_diff, union_members
 from .governance import ArtifactInfo, Layer, classify
+from .ledger import Ledger
+from .seams import Seam, adopt
 from .staleness import GuardedStaleness, StaleAction, StalenessPolicy
-from .types import (
-    CASConflict,
-    Diff,
-    EvidenceCard,
-    GovernanceError,
-    MergeOutcome,
-    MergeReport,
-    Task,
-    stable_hash,
-    vv_staleness,
-)
-
-if TYPE_CHECKING:
-    from .ledger import Ledger
+from .types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, stable_hash, vv_staleness
+from .validation import check_bool, check_fraction, check_int, check_real
 
 __all__ = ["Aggregator", "AggregatorConfig", "Evaluator"]
 
 logger = logging.getLogger("agentdescent.aggregator")
 
 
-@runtime_checkable
-class Evaluator(Protocol):
+class Evaluator(Seam):
     """Scores artifact states for the aggregator.
 
     Called only from the merging thread. ``held_out`` must score the same tasks in
     the same order on every call (the acceptance test pairs them); ``cheap`` scores a
     fixed small subset and is what conflict resolution, rebase checks and the fusion
     tournament rank on. Both should be deterministic for a given state.
+
+    ``held_out`` and ``cheap`` are required; ``verify`` and ``held_out_subset`` are
+    optional, with the defaults below. Subclass this class, or give any object with the
+    two required methods: the aggregator wraps it (`agentdescent.seams.adopt`).
     """
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("held_out", "cheap")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("verify", "held_out_subset")
 
     def held_out(self, artifact_id: str, state: Mapping[str, str]) -> Sequence[float]:
         """Per-task rewards of ``state`` on the full held-out set."""
-        ...
+        raise NotImplementedError
 
     def cheap(self, artifact_id: str, state: Mapping[str, str]) -> float:
         """Mean reward of ``state`` on the fixed cheap subset."""
-        ...
+        raise NotImplementedError
 
     def verify(self, artifact_id: str, state: Mapping[str, str], tasks: Sequence[Task]) -> Sequence[float] | None:
         """Per-task rewards of ``state`` on ``tasks`` (the tasks that prompted a diff), or None.
@@ -79,7 +77,7 @@ class Evaluator(Protocol):
         The optional rebase re-verification: when it returns scores, a rebased diff is
         re-run on the tasks that prompted it (before vs after on the fresh head); the
         default returns None, and the diff must instead strictly beat the head on the cheap
-        subset. Subclass `Evaluator` to inherit this default.
+        subset.
         """
         return None
 
@@ -160,31 +158,25 @@ class AggregatorConfig:
     min_eval_fraction: float = 0.25
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.base_delta) and 0.0 < self.base_delta <= 0.5):
-            raise ValueError(f"base_delta={self.base_delta!r}: use a number in (0, 0.5]")
-        for name in ("alpha_head", "alpha_tail"):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f"{name}={getattr(self, name)!r}: use a version count >= 0")
+        owner = "AggregatorConfig"
+        check_real(self.base_delta, "base_delta", low=0.0, high=0.5, low_open=True, owner=owner)
+        check_int(self.alpha_head, "alpha_head", low=0, owner=owner, hint="a version count")
+        check_int(self.alpha_tail, "alpha_tail", low=0, owner=owner, hint="a version count")
         for name in ("trust_region_ops", "trust_region_chars", "cas_attempts", "evidence_pool_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r}: use an integer >= 1")
-        if self.max_regressions is not None and self.max_regressions < 0:
-            raise ValueError(f"max_regressions={self.max_regressions!r}: use a count >= 0 or None")
-        if self.eval_batch is not None and (
-            isinstance(self.eval_batch, bool) or not isinstance(self.eval_batch, int) or self.eval_batch < 1
-        ):
-            raise ValueError(f"eval_batch={self.eval_batch!r}: use an integer >= 1, or None for max(4, n/8)")
-        if not (isinstance(self.futility, (int, float)) and 0.0 <= self.futility < 1.0):
-            raise ValueError(f"futility={self.futility!r}: use an error budget in [0, 1) (0: exact curtailment only)")
-        if not (isinstance(self.min_eval_fraction, (int, float)) and 0.0 <= self.min_eval_fraction <= 1.0):
-            raise ValueError(f"min_eval_fraction={self.min_eval_fraction!r}: use a fraction in [0, 1]")
-        for name, low, hint in (
-            ("pool_draw", 0, "0 turns drawing on the evidence pool off"),
-            ("pool_retries", 1, "to never re-try pooled cards, set pool_draw=0"),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}={value!r}: use an integer >= {low} ({hint})")
+            check_int(getattr(self, name), name, low=1, owner=owner)
+        check_bool(self.fusion_tournament, "fusion_tournament", owner=owner)
+        check_int(self.max_regressions, "max_regressions", low=0, optional=True, owner=owner,
+                  hint="None: no regression guard")
+        check_bool(self.fusion_requires_evidence, "fusion_requires_evidence", owner=owner)
+        check_int(self.pool_draw, "pool_draw", low=0, owner=owner, hint="0 turns drawing on the evidence pool off")
+        check_int(self.pool_retries, "pool_retries", low=1, owner=owner,
+                  hint="to never re-try pooled cards, set pool_draw=0")
+        check_bool(self.self_verify_counts, "self_verify_counts", owner=owner)
+        check_bool(self.sequential, "sequential", owner=owner)
+        check_int(self.eval_batch, "eval_batch", low=1, optional=True, owner=owner, hint="None: max(4, n/8)")
+        check_fraction(self.futility, "futility", high_open=True, owner=owner,
+                       hint="an error budget; 0: exact curtailment only")
+        check_fraction(self.min_eval_fraction, "min_eval_fraction", owner=owner)
 
 
 @dataclass
@@ -206,26 +198,6 @@ class _Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _PoolEntry:
-    """A card in the evidence pool and what the pool remembers of it.
-
-    Args:
-        card: the original card (its ``base_version`` is kept, so staleness on a re-try
-            is measured from where the diff was built).
-        retries: times it has been drawn and came back.
-        rejected_on: the head version whose rebase re-verification rejected it, if that
-            is why it is here (a deterministic evaluator would say the same again there).
-        stale: it was counted as a stale discard when it arrived (so a later commit of
-            it recovers a rollout counted as wasted: the ``pool_recovered`` counter).
-    """
-
-    card: EvidenceCard
-    retries: int = 0
-    rejected_on: int | None = None
-    stale: bool = False
-
-
 @dataclass
 class _Intake:
     """What one decision will book once it has ended (see ``Aggregator._settle``).
@@ -243,7 +215,7 @@ class _Intake:
     set_aside: list[EvidenceCard] = field(default_factory=list)
     rejected: list[EvidenceCard] = field(default_factory=list)  # failed the rebase check
     stale: list[EvidenceCard] = field(default_factory=list)  # new cards counted in discarded_stale
-    drawn: list[_PoolEntry] = field(default_factory=list)
+    drawn: list[PoolEntry] = field(default_factory=list)
     contributors: list[EvidenceCard] = field(default_factory=list)  # of the measured candidate
 
 
@@ -284,25 +256,20 @@ class Aggregator:
         *,
         tournament_gate: Callable[[], bool] | None = None,
     ) -> None:
-        if not isinstance(evaluator, Evaluator):
-            missing = [m for m in ("held_out", "cheap", "verify") if not callable(getattr(evaluator, m, None))]
-            raise TypeError(
-                f"evaluator={evaluator!r:.80} lacks {', '.join(missing)}(); subclass "
-                "agentdescent.Evaluator to inherit the optional verify() default"
-            )
-        self.ledger = ledger
-        self.evaluator = evaluator
+        self.ledger = adopt(ledger, Ledger, "ledger")
+        self.evaluator = adopt(evaluator, Evaluator, "evaluator")
+        if config is not None and not isinstance(config, AggregatorConfig):
+            raise InvalidArgumentType(f"config={config!r:.80}: pass an agentdescent.AggregatorConfig or None")
         self.config = config if config is not None else AggregatorConfig()
-        self.staleness_policy = staleness_policy if staleness_policy is not None else GuardedStaleness()
-        self.allocator = allocator
+        self.staleness_policy = (adopt(staleness_policy, StalenessPolicy, "staleness_policy")
+                                 if staleness_policy is not None else GuardedStaleness())
+        self.allocator = adopt(allocator, AllocatorPolicy, "allocator") if allocator is not None else None
         self.tournament_gate = tournament_gate
         self._lock = threading.Lock()
         self._pending: list[EvidenceCard] = []
         self._head_scores: dict[tuple[str, int], list[float]] = {}
         self._needed_gain: dict[tuple[str, int], float] = {}
-        self._pool: collections.deque[_PoolEntry] = collections.deque(
-            maxlen=self.config.evidence_pool_size
-        )
+        self.pool = EvidencePool(self.config.evidence_pool_size)
         self.eta_histogram: collections.Counter[int] = collections.Counter()
         self._blast: dict[str, float] = {}
         self.counters: collections.Counter[str] = collections.Counter()
@@ -360,7 +327,7 @@ class Aggregator:
         (`AggregatorConfig.pool_draw`); a card stays listed after its retries are used
         up, until newer entries evict it (`AggregatorConfig.evidence_pool_size`).
         """
-        return tuple(entry.card for entry in self._pool)
+        return self.pool.cards()
 
     def head_scores(self, artifact_id: str) -> list[float]:
         """Held-out scores of the current head (cached per version)."""
@@ -369,18 +336,11 @@ class Aggregator:
 
     def pool_state(self) -> list[dict[str, Any]]:
         """The evidence pool, JSON-ready, oldest first (saved with a run's progress)."""
-        return [
-            {"card": e.card.to_json(), "retries": e.retries, "rejected_on": e.rejected_on, "stale": e.stale}
-            for e in self._pool
-        ]
+        return self.pool.state()
 
     def restore_pool(self, entries: Sequence[Mapping[str, Any]], tasks: Mapping[str, Task]) -> None:
         """Put back a `pool_state` (a resumed run draws on what the killed one had pooled)."""
-        self._pool.extend(
-            _PoolEntry(EvidenceCard.from_json(e["card"], tasks), retries=int(e["retries"]),
-                       rejected_on=e["rejected_on"], stale=bool(e["stale"]))
-            for e in entries
-        )
+        self.pool.restore(entries, tasks)
 
     def remember_head_scores(self, artifact_id: str, version: int, scores: Sequence[float]) -> None:
         """Cache held-out scores of ``version`` measured earlier (a resumed run's head)."""
@@ -489,24 +449,9 @@ class Aggregator:
         self.counters["rebased"] += intake.rebased
         self.counters["rebase_rejected"] += intake.rebase_rejected
         self.eta_histogram.update(intake.etas)
+        returned = self.pool.settle(intake.drawn, (*intake.pooled, *intake.set_aside),
+                                    rejected=intake.rejected, stale=intake.stale, head_version=intake.head_version)
         drawn = {id(entry.card): entry for entry in intake.drawn}
-        if drawn:
-            kept = [entry for entry in self._pool if id(entry.card) not in drawn]
-            self._pool = collections.deque(kept, maxlen=self.config.evidence_pool_size)
-        rejected = {id(card) for card in intake.rejected}
-        stale = {id(card) for card in intake.stale}
-        # Survivors that lost to a better single keep their evidence in the pool too
-        # (counted apart: they were not judged, only outranked).
-        returned = 0
-        for card in (*intake.pooled, *intake.set_aside):
-            prior = drawn.get(id(card))
-            returned += prior is not None
-            self._pool.append(_PoolEntry(
-                card,
-                retries=prior.retries + 1 if prior is not None else 0,
-                rejected_on=intake.head_version if id(card) in rejected else None,
-                stale=prior.stale if prior is not None else id(card) in stale,
-            ))
         self.counters["set_aside"] += sum(id(card) not in drawn for card in intake.set_aside)
         if drawn:
             committed = []
@@ -520,49 +465,6 @@ class Aggregator:
 
     # ------------------------------------------------------------------ prepare
 
-    def _draw(
-        self,
-        artifact_id: str,
-        version: int,
-        head_state: Mapping[str, str],
-        head_versions: Mapping[str, int],
-        alpha: int,
-        batch: Sequence[EvidenceCard],
-    ) -> tuple[list[_PoolEntry], dict[int, StaleAction]]:
-        """Choose the pooled cards this decision re-tries (see `step`); reads the pool, never changes it.
-
-        Returns:
-            The drawn entries, oldest first, and the staleness action of each drawn card
-            (keyed by ``id(card)``), so the policy decides once per card per decision.
-        """
-        cfg = self.config
-        drawn: list[_PoolEntry] = []
-        actions: dict[int, StaleAction] = {}
-        if cfg.pool_draw == 0:
-            return drawn, actions
-        taken = {key for c in batch for key in c.diff.ops}
-        for entry in self._pool:
-            if len(drawn) >= cfg.pool_draw:
-                break
-            diff = entry.card.diff
-            if (
-                diff.target != artifact_id
-                or not entry.card.allocated  # never evaluated: the governor's call stands
-                or entry.retries >= cfg.pool_retries
-                or entry.rejected_on == version
-                or not taken.isdisjoint(diff.ops)
-                or diff.is_noop(head_state)
-            ):
-                continue
-            eta = vv_staleness(head_versions, entry.card.base_version)
-            action = self.staleness_policy.decide(eta, alpha, diff.contract_breaking)
-            if action is StaleAction.DISCARD:
-                continue
-            drawn.append(entry)
-            actions[id(entry.card)] = action
-            taken.update(diff.ops)
-        return drawn, actions
-
     def _prepare(
         self, artifact_id: str, new_cards: list[EvidenceCard], intake: _Intake
     ) -> _Prepared | MergeReport:
@@ -574,8 +476,9 @@ class Aggregator:
         alpha = self._alpha(layer)
         head_versions = self.ledger.versions()
         intake.head_version = version
-        intake.drawn, drawn_actions = self._draw(
-            artifact_id, version, head_state, head_versions, alpha, new_cards
+        intake.drawn, drawn_actions = self.pool.draw(
+            artifact_id, version, head_state, head_versions, alpha, new_cards,
+            policy=self.staleness_policy, draw=cfg.pool_draw, max_retries=cfg.pool_retries,
         )
         cards = [*new_cards, *(entry.card for entry in intake.drawn)]
         considered = len(cards)

@@ -14,9 +14,12 @@ import math
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
+from .errors import InvalidArgumentType
+from .seams import Seam
 from .types import EvidenceCard
+from .validation import check_fraction, check_int, check_real
 
 __all__ = [
     "AllocateDecision",
@@ -93,23 +96,31 @@ class AllocateDecision:
     n_observed: int = 0
 
 
-@runtime_checkable
-class AllocatorPolicy(Protocol):
+class AllocatorPolicy(Seam):
     """Decides which candidates earn optional spend, and learns from merge outcomes.
 
     ``decide`` is called by workers (any thread) through
     `agentdescent.budget.BudgetGovernor.candidate_worth`; ``observe`` is called by
     the aggregator's ``_decide`` exactly once per measured merge outcome, from the
     merging thread. Implementations must be thread-safe.
+
+    ``decide`` and ``observe`` are required; ``budget_start``, ``stats``, ``state_dict``
+    and ``load_state_dict`` are optional, with the defaults below. Subclass this class to
+    inherit them, or give any object with the two required methods: the engines and the
+    governor wrap it (`agentdescent.seams.adopt`), taking whichever optional members it
+    has as its own.
     """
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("decide", "observe")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("budget_start", "stats", "state_dict", "load_state_dict")
 
     def decide(self, ctx: AllocatorContext) -> AllocateDecision:
         """Decide for one candidate."""
-        ...
+        raise NotImplementedError
 
     def observe(self, ctx: AllocatorContext, committed: bool) -> None:
         """Learn from one measured outcome (True = committed)."""
-        ...
+        raise NotImplementedError
 
     #: The governor consults `decide` only once the remaining budget fraction falls below
     #: this; above it every candidate gets its optional spend without asking.
@@ -149,14 +160,9 @@ class LearningValueModel:
     """
 
     def __init__(self, lr: float = 0.2, reg: float = 0.05, max_logit: float = 3.0) -> None:
-        for name, value in (("lr", lr), ("reg", reg), ("max_logit", max_logit)):
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"LearningValueModel {name}={value!r}: use a finite number >= 0")
-        if lr == 0 or max_logit == 0:
-            raise ValueError("LearningValueModel: lr and max_logit must be > 0")
-        self.lr = lr
-        self.reg = reg
-        self.max_logit = max_logit
+        self.lr = check_real(lr, "lr", low=0.0, low_open=True, owner="LearningValueModel")
+        self.reg = check_real(reg, "reg", low=0.0, owner="LearningValueModel")
+        self.max_logit = check_real(max_logit, "max_logit", low=0.0, low_open=True, owner="LearningValueModel")
         self.weights = [0.0, 0.0, 0.0]
         self.bias = 0.0
         self.n_updates = 0
@@ -230,17 +236,17 @@ class ValueBudgetAllocator(AllocatorPolicy):
         seed: int | None = None,
         model: LearningValueModel | None = None,
     ) -> None:
-        if not 0.0 <= budget_start <= 1.0:
-            raise ValueError(f"budget_start={budget_start!r}: use a fraction in [0, 1]")
-        for name, value in (("epsilon_start", epsilon_start), ("epsilon_end", epsilon_end)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value!r}: use a probability in [0, 1]")
-        if epsilon_anneal < 0:
-            raise ValueError(f"epsilon_anneal={epsilon_anneal!r}: use a count >= 0")
-        if min_observations < 0:
-            raise ValueError(f"min_observations={min_observations!r}: use a count >= 0")
-        if min_weight < 0:
-            raise ValueError(f"min_weight={min_weight!r}: use a number >= 0")
+        owner = "ValueBudgetAllocator"
+        budget_start = check_fraction(budget_start, "budget_start", owner=owner,
+                                      hint="the remaining budget fraction below which it is consulted")
+        epsilon_start = check_fraction(epsilon_start, "epsilon_start", owner=owner)
+        epsilon_end = check_fraction(epsilon_end, "epsilon_end", owner=owner)
+        epsilon_anneal = check_int(epsilon_anneal, "epsilon_anneal", low=0, owner=owner)
+        min_observations = check_int(min_observations, "min_observations", low=0, owner=owner)
+        min_weight = check_real(min_weight, "min_weight", low=0.0, owner=owner)
+        check_int(seed, "seed", optional=True, owner=owner)
+        if model is not None and not isinstance(model, LearningValueModel):
+            raise InvalidArgumentType(f"{owner}(model={model!r:.60}): pass a LearningValueModel or None")
         self.budget_start = budget_start
         self.epsilon_start = epsilon_start
         self.epsilon_end = epsilon_end

@@ -2,10 +2,12 @@
 
 This module owns the token-budget floors, the next-round projection, the optional
 diminishing-returns stop, and the single question workers ask before their optional
-self-verify rollout (`BudgetGovernor.candidate_worth`). The governor only ever
-*removes* optional spend; it never adds work. Without ``max_tokens`` it is inert: every
-question gets the answer a run without a budget would get. It must not read the clock
-or any RNG (the allocator it consults owns its own seeded RNG).
+spend (`BudgetGovernor.candidate_worth`). The governor only ever *removes* optional
+spend; it never adds work. Without ``max_tokens`` it is inert: every question gets the
+answer a run without a budget would get. A run binds it to its meter
+(`BudgetGovernor.bind`), so the spend it judges is always the meter's current total;
+nothing has to push it. It must not read the clock or any RNG (the allocator it consults
+owns its own seeded RNG).
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ import threading
 from typing import Any
 
 from .allocator import AllocatorContext, AllocatorPolicy
+from .errors import InvalidArgument, InvalidArgumentType
+from .seams import adopt
+from .usage import Usage
+from .validation import check_bool, check_fraction, check_int, check_real
 
 __all__ = ["BudgetGovernor"]
 
@@ -25,18 +31,23 @@ class BudgetGovernor:
     Below ``soft_floor`` of the budget spent, everything is allowed; from there the
     fusion tournament stops; from ``hard_floor`` the self-verify rollout stops too. In
     between, a learning allocator (if given) decides per candidate once the remaining
-    fraction falls below its ``budget_start``; without one, the clock alone decides
+    fraction falls below its ``budget_start``; without one, the spend floors alone decide
     (``allow_self_verify``).
 
     Args:
         max_tokens: the budget; None makes the governor inert.
         soft_floor: spent fraction from which the fusion tournament is refused (strict).
         hard_floor: spent fraction from which self-verify is refused whatever the allocator says.
-        allocator: an `AllocatorPolicy`, or None for the clock.
+        allocator: an `AllocatorPolicy` (or any object with ``decide`` and ``observe``),
+            or None for the spend floors alone.
         stop_on_diminishing: let the engines stop when reward per token stalls.
         efficiency_floor: reward gain per 1k tokens, relative to the run's early rate,
             under which returns count as diminishing.
         min_efficiency_samples: rounds observed before returns can be judged.
+
+    Raises:
+        InvalidArgument: a knob out of range (named); a string or a bool is not a number.
+        InvalidArgumentType: an allocator without ``decide``/``observe``.
     """
 
     def __init__(
@@ -49,32 +60,24 @@ class BudgetGovernor:
         efficiency_floor: float = 0.25,
         min_efficiency_samples: int = 4,
     ) -> None:
-        if max_tokens is not None and (isinstance(max_tokens, bool) or int(max_tokens) < 1):
-            raise ValueError(f"max_tokens={max_tokens!r}: use a positive token count or None")
-        if not 0.0 < soft_floor <= hard_floor <= 1.0:
-            raise ValueError(
-                f"soft_floor={soft_floor!r}, hard_floor={hard_floor!r}: "
+        owner = "BudgetGovernor"
+        self.max_tokens = check_int(max_tokens, "max_tokens", low=1, optional=True, owner=owner,
+                                    hint="the token budget; None makes the governor inert")
+        self.soft_floor = check_fraction(soft_floor, "soft_floor", low_open=True, owner=owner)
+        self.hard_floor = check_fraction(hard_floor, "hard_floor", low_open=True, owner=owner)
+        if self.soft_floor > self.hard_floor:
+            raise InvalidArgument(
+                f"BudgetGovernor(soft_floor={soft_floor!r}, hard_floor={hard_floor!r}): "
                 "use 0 < soft_floor <= hard_floor <= 1"
             )
-        if efficiency_floor < 0 or min_efficiency_samples < 1:
-            raise ValueError(
-                f"efficiency_floor={efficiency_floor!r} must be >= 0 and "
-                f"min_efficiency_samples={min_efficiency_samples!r} >= 1"
-            )
-        if allocator is not None and not isinstance(allocator, AllocatorPolicy):
-            raise TypeError(
-                f"allocator={allocator!r} is not an AllocatorPolicy (it needs decide(), observe(), "
-                "budget_start and stats()); subclass agentdescent.AllocatorPolicy to inherit the defaults"
-            )
-        self.max_tokens = int(max_tokens) if max_tokens is not None else None
-        self.soft_floor = soft_floor
-        self.hard_floor = hard_floor
-        self.allocator = allocator
-        self.stop_on_diminishing = stop_on_diminishing
-        self.efficiency_floor = efficiency_floor
-        self.min_efficiency_samples = min_efficiency_samples
+        self.allocator = adopt(allocator, AllocatorPolicy, "allocator") if allocator is not None else None
+        self.stop_on_diminishing = check_bool(stop_on_diminishing, "stop_on_diminishing", owner=owner)
+        self.efficiency_floor = check_real(efficiency_floor, "efficiency_floor", low=0.0, owner=owner)
+        self.min_efficiency_samples = check_int(min_efficiency_samples, "min_efficiency_samples", low=1,
+                                                owner=owner)
+        self._meter: Usage | None = None
+        self._pushed = 0
         self._lock = threading.Lock()
-        self.spent = 0
         self._round_spend: list[int] = []
         self._rewards: list[tuple[int, float]] = []
         self.n_consulted = 0
@@ -83,10 +86,32 @@ class BudgetGovernor:
 
     # ------------------------------------------------------------------ accounting
 
-    def spend(self, cumulative_tokens: int) -> None:
-        """Record the run's cumulative token count (monotone: a lower value is ignored)."""
+    def bind(self, meter: Usage) -> None:
+        """Read the spend from ``meter`` from now on (the run's meter: what every call recorded).
+
+        Raises:
+            InvalidArgumentType: ``meter`` is not a `Usage`.
+        """
+        if not isinstance(meter, Usage):
+            raise InvalidArgumentType(f"BudgetGovernor.bind({meter!r}): pass an agentdescent.Usage meter")
         with self._lock:
-            self.spent = max(self.spent, int(cumulative_tokens))
+            self._meter = meter
+
+    @property
+    def spent(self) -> int:
+        """Tokens spent so far: the bound meter's total, or the most `spend` was told."""
+        meter = self._meter
+        return max(self._pushed, meter.total_tokens if meter is not None else 0)
+
+    def spend(self, cumulative_tokens: int) -> None:
+        """Record a cumulative token count, for a governor bound to no meter (monotone).
+
+        Raises:
+            InvalidArgument: not a count.
+        """
+        count = check_int(cumulative_tokens, "cumulative_tokens", low=0, owner="BudgetGovernor.spend")
+        with self._lock:
+            self._pushed = max(self._pushed, count)
 
     def end_round(self, round_tokens: int) -> None:
         """Record one round's spend, for the next-round projection."""
@@ -136,8 +161,7 @@ class BudgetGovernor:
         """
         if self.max_tokens is None:
             return True
-        with self._lock:
-            return self.spent + max(0.0, float(projected_tokens)) <= self.max_tokens
+        return self.spent + max(0.0, float(projected_tokens)) <= self.max_tokens
 
     # ------------------------------------------------------------------ optional spend
 
@@ -146,13 +170,13 @@ class BudgetGovernor:
         return self.max_tokens is None or self.spent_fraction() < self.soft_floor
 
     def allow_self_verify(self) -> bool:
-        """Self-verify is affordable while less than ``hard_floor`` is spent (the clock rule)."""
+        """Self-verify is affordable while less than ``hard_floor`` is spent (the spend-floor rule)."""
         return self.max_tokens is None or self.spent_fraction() < self.hard_floor
 
     def candidate_worth(self, ctx: AllocatorContext) -> bool:
         """Should this candidate get its self-verify rollout?
 
-        No budget: yes. No allocator: the clock (`allow_self_verify`). At or past
+        No budget: yes. No allocator: the spend floors (`allow_self_verify`). At or past
         the hard floor: no, whatever the allocator says. With remaining budget at or
         above the allocator's ``budget_start``: yes, without consulting it. Otherwise
         the allocator's ``decide(ctx).deep_eval``.
@@ -179,8 +203,9 @@ class BudgetGovernor:
 
     def observe(self, reward: float) -> None:
         """Record the held-out reward after a merge, with the spend at that time."""
+        spent = self.spent
         with self._lock:
-            self._rewards.append((self.spent, float(reward)))
+            self._rewards.append((spent, float(reward)))
 
     def diminishing_returns(self) -> bool:
         """True when the recent reward gain per token fell below ``efficiency_floor`` of the early rate.
@@ -215,10 +240,11 @@ class BudgetGovernor:
 
     def summary(self) -> dict[str, Any]:
         """The governor's state and counters, JSON-ready."""
+        spent = self.spent
         with self._lock:
             data: dict[str, Any] = {
                 "max_tokens": self.max_tokens,
-                "spent": self.spent,
+                "spent": spent,
                 "spent_fraction": self.spent_fraction(),
                 "remaining_fraction": self.remaining_fraction(),
                 "rounds_recorded": len(self._round_spend),

@@ -33,24 +33,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import VERSION as __version__
 from .demo import main as demo_main
+from .errors import AgentDescentError, UsageError
 from .evolution import evolve
 from .ledger import SqliteLedger
-from .model import estimate_tokens
+from .progress import read_progress
 from .result import RoundInfo
 from .strategies import AppendRules, KeyedRules, SingleSlot, Strategy
-from .types import AgentDescentError, Task
+from .tokens import estimate_tokens
+from .types import Task
 
 __all__ = ["SPEC_FORMAT", "UsageError", "main"]
 
 SPEC_FORMAT = "agentdescent-run/1"
 ARTIFACT_ID = "artifact"
 _REWARDS = "exact, contains, regex:PATTERN or MODULE:FUNC"
-
-
-class UsageError(AgentDescentError):
-    """A bad flag, or a missing or malformed file: exit code 2, with a message naming it."""
 
 
 # --------------------------------------------------------------------------- files
@@ -366,25 +364,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reconcile_rounds(run: RunDir, saved: dict[str, Any] | None) -> None:
-    """Make ``rounds.jsonl`` hold every round the ledger's saved progress holds.
+def _round_row(info: RoundInfo, tokens_total: int) -> dict[str, Any]:
+    """One line of ``rounds.jsonl``: a view of the ledger's record of the round."""
+    return {
+        "round": info.index, "held_out_reward": info.held_out_reward, "head_version": info.head_version,
+        "tokens": info.tokens, "tokens_total": tokens_total, "committed": info.committed,
+        "fused": info.fused, "rollouts": info.rollouts, "cards": info.cards,
+        "outcomes": [r.outcome.value for r in info.reports],
+    }
 
-    The ledger saves a round's progress before ``rounds.jsonl`` gets its line, so a run
-    killed in between has the round in the ledger only; its line is written here.
-    """
-    if not saved:
-        return
-    have = {row["round"] for row in run.rounds()}
+
+def _write_rounds(run: RunDir, rounds: Sequence[RoundInfo]) -> None:
+    """Rewrite ``rounds.jsonl`` from the ledger's rounds (the one store of them), atomically."""
     total = 0
-    for h in saved.get("history", []):
-        total += int(h["tokens"])
-        if h["index"] not in have:
-            run.append_round({
-                "round": h["index"], "held_out_reward": h["held_out_reward"], "head_version": None,
-                "tokens": h["tokens"], "tokens_total": total, "committed": h["committed"],
-                "fused": h["fused"], "rollouts": h["rollouts"], "cards": h["cards"],
-                "outcomes": [r["outcome"] for r in h["reports"]], "time": _now(), "recovered": True,
-            })
+    lines = []
+    for info in rounds:
+        total += info.tokens
+        lines.append(json.dumps(_round_row(info, total), sort_keys=True))
+    _atomic_write(run.rounds_file, "".join(line + "\n" for line in lines))
 
 
 def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, max_tokens: int | None,
@@ -395,10 +392,10 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
     strategy = make_strategy(spec, tasks)
     agent = make_agent(spec)
     ledger = SqliteLedger(run.ledger_file)
-    saved = ledger.load_run_state(ARTIFACT_ID)
-    _reconcile_rounds(run, saved)
-    spent_before = int(saved["usage"]["total_tokens"]) if saved else 0
-    done_before = len(saved["history"]) if saved else 0
+    saved = read_progress(ledger, ARTIFACT_ID)
+    _write_rounds(run, saved.rounds if saved else [])
+    spent_before = saved.tokens if saved else 0
+    done_before = len(saved.rounds) if saved else 0
     previous = _read_json(run.status_file, "status.json") if run.status_file.exists() else {}
     status: dict[str, Any] = {
         "state": "running", "pid": os.getpid(), "started": _now(), "round": done_before,
@@ -410,16 +407,10 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
     new_tokens = [0]
 
     def on_round(info: RoundInfo) -> None:
-        version = ledger.versions().get(ARTIFACT_ID)
         new_tokens[0] += info.tokens
-        row = {
-            "round": info.index, "held_out_reward": info.held_out_reward, "head_version": version,
-            "tokens": info.tokens, "tokens_total": spent_before + new_tokens[0],
-            "committed": info.committed, "fused": info.fused, "rollouts": info.rollouts, "cards": info.cards,
-            "outcomes": [r.outcome.value for r in info.reports], "time": _now(),
-        }
+        row = _round_row(info, spent_before + new_tokens[0])
         run.append_round(row)
-        status.update(round=info.index, head_version=version, held_out_reward=info.held_out_reward,
+        status.update(round=info.index, head_version=info.head_version, held_out_reward=info.held_out_reward,
                       tokens=row["tokens_total"])
         run.write_status(status)
 
@@ -491,8 +482,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if not run.ledger_file.exists():
         raise UsageError(f"{run.path} has not run yet; use `agentdescent run {run.path}`")
     with SqliteLedger(run.ledger_file) as ledger:
-        saved = ledger.load_run_state(ARTIFACT_ID)
-    done = len(saved["history"]) if saved else 0
+        saved = read_progress(ledger, ARTIFACT_ID)
+    done = len(saved.rounds) if saved else 0
     planned = spec.get("run_rounds", 15)
     rounds = args.rounds if args.rounds is not None else max(1, planned - done)
     return _execute(run, spec, rounds=rounds, workers=spec.get("run_workers", 4),

@@ -21,7 +21,6 @@ import math
 import os
 import re
 import tempfile
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,11 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from ._http import parse_retry_after
-from .types import AgentDescentError, ContractError, stable_hash
+from ._version import VERSION
+from .clock import Clock, as_clock
+from .errors import DataLoadError, InvalidArgument
+from .failures import backoff_delay
+from .types import stable_hash
 
 __all__ = [
     "DEFAULT_HF_ENDPOINT",
@@ -64,31 +67,6 @@ _RETRY_AFTER_CAP = 60.0  # a server asking for longer than this is treated as do
 _CACHE_FORMAT = 1
 _INSTALL_HINT = 'pip install -e ".[hf]" from a checkout of this project'
 
-# The retry sleep, looked up at call time so tests can replace it and never wait.
-_sleep: Callable[[float], None] = time.sleep
-
-
-class DataLoadError(AgentDescentError):
-    """A dataset could not be fetched or parsed: the server said no, or sent something unreadable.
-
-    Raised only after the bounded retries are used up (for 429, 5xx and connection
-    errors) or at once (for other HTTP errors and malformed bodies). Nothing is written
-    to the cache when it is raised.
-
-    Attributes:
-        url: the full URL of the request that failed.
-        status: the HTTP status of the last response, or ``None`` when no response came
-            (connection refused, timeout) or the response was 2xx but unreadable.
-    """
-
-    def __init__(self, message: str, url: str | None = None, status: int | None = None) -> None:
-        self.url = url
-        self.status = status
-        super().__init__(message)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keep url/status across pickling (process pools, dask) - the default drops them.
-        return (type(self), (str(self), self.url, self.status))
 
 
 # --------------------------------------------------------------------------- public
@@ -116,6 +94,7 @@ def hf_rows(
     cache: bool = True,
     timeout: float = 60.0,
     endpoint: str | None = None,
+    clock: Clock | None = None,
 ) -> list[dict[str, Any]]:
     """The first ``limit`` rows of a split from the Hugging Face datasets-server ``/rows`` API.
 
@@ -138,13 +117,15 @@ def hf_rows(
         timeout: seconds per HTTP request (connect, read, write, pool), > 0.
         endpoint: the datasets-server base URL; ``None`` reads
             ``AGENTDESCENT_HF_ENDPOINT``, else `DEFAULT_HF_ENDPOINT`.
+        clock: the clock retry waits go through (None: real time;
+            `agentdescent.testing.ManualClock` in tests).
 
     Returns:
         The ``row`` dicts in dataset order, HotpotQA rows normalised by
         `normalize_hotpotqa_row` (a no-op on the datasets-server's own shape).
 
     Raises:
-        ContractError: (a ``ValueError``) an argument is empty or out of range; the
+        InvalidArgument: (a ``ValueError``) an argument is empty or out of range; the
             message names it.
         DataLoadError: the server failed after retries, answered with a body that is
             not a datasets-server ``/rows`` page, or repeated rows it had already
@@ -157,6 +138,7 @@ def hf_rows(
     _check_limit(limit, "hf_rows", allow_none=False)
     _check_timeout(timeout, "hf_rows")
     base = _resolve_endpoint(endpoint, _HF_ENV, DEFAULT_HF_ENDPOINT, "hf_rows")
+    waits = as_clock(clock)
 
     key = {
         "source": "hf",
@@ -192,7 +174,7 @@ def hf_rows(
                 }
             )
             url = f"{base}/rows?{query}"
-            response = _get(client, url, hint)
+            response = _get(client, url, hint, waits)
             page_rows, total, indices = _rows_page(response, url)
             pages.add(url, response.status_code, offset, page_rows, indices)
             offset += len(page_rows)
@@ -214,6 +196,7 @@ def hf_rows_modelscope(
     cache: bool = True,
     timeout: float = 60.0,
     endpoint: str | None = None,
+    clock: Clock | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of one raw JSON-array or JSONL file of a ModelScope dataset repository.
 
@@ -233,13 +216,14 @@ def hf_rows_modelscope(
         timeout: seconds per HTTP request (connect, read, write, pool), > 0.
         endpoint: the ModelScope base URL; ``None`` reads
             ``AGENTDESCENT_MODELSCOPE_ENDPOINT``, else `DEFAULT_MODELSCOPE_ENDPOINT`.
+        clock: the clock retry waits go through (None: real time).
 
     Returns:
         The file's objects in file order, HotpotQA rows normalised by
         `normalize_hotpotqa_row`.
 
     Raises:
-        ContractError: (a ``ValueError``) an argument is empty or out of range, or
+        InvalidArgument: (a ``ValueError``) an argument is empty or out of range, or
             ``dataset`` has an empty, ``.`` or ``..`` path segment; the message names it.
         DataLoadError: the server failed after retries, or the file is neither a JSON
             array of objects nor JSONL; the message names the URL and status.
@@ -249,7 +233,7 @@ def hf_rows_modelscope(
     if any(part in ("", ".", "..") for part in dataset.split("/")):
         # The id goes into the URL path, where clients resolve dot segments: "../x" would
         # quietly request another API route instead of a dataset.
-        raise ContractError(
+        raise InvalidArgument(
             f"hf_rows_modelscope(dataset={dataset!r}): a ModelScope dataset id is "
             "'owner/name'; empty, '.' and '..' path segments are not allowed"
         )
@@ -260,6 +244,7 @@ def hf_rows_modelscope(
     base = _resolve_endpoint(
         endpoint, _MODELSCOPE_ENV, DEFAULT_MODELSCOPE_ENDPOINT, "hf_rows_modelscope"
     )
+    waits = as_clock(clock)
 
     key = {
         "source": "modelscope",
@@ -284,7 +269,7 @@ def hf_rows_modelscope(
         f"{_MODELSCOPE_ENV} to use a mirror"
     )
     with _client(timeout) as client:
-        response = _get(client, url, hint)
+        response = _get(client, url, hint, waits)
         rows = _parse_json_records(response.content, url, response.status_code)
     if limit is not None:
         rows = rows[:limit]
@@ -337,7 +322,7 @@ def normalize_hotpotqa_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def _check_name(name: str, value: object, func: str) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ContractError(f"{func}({name}={value!r}): {name} must be a non-empty string")
+        raise InvalidArgument(f"{func}({name}={value!r}): {name} must be a non-empty string")
 
 
 def _check_limit(limit: object, func: str, *, allow_none: bool) -> None:
@@ -345,7 +330,7 @@ def _check_limit(limit: object, func: str, *, allow_none: bool) -> None:
         return
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         also = " or None for every row" if allow_none else ""
-        raise ContractError(f"{func}(limit={limit!r}): limit must be an integer >= 1{also}")
+        raise InvalidArgument(f"{func}(limit={limit!r}): limit must be an integer >= 1{also}")
 
 
 def _check_timeout(timeout: object, func: str) -> None:
@@ -355,7 +340,7 @@ def _check_timeout(timeout: object, func: str) -> None:
         or not math.isfinite(timeout)
         or timeout <= 0
     ):
-        raise ContractError(
+        raise InvalidArgument(
             f"{func}(timeout={timeout!r}): timeout must be a finite number of seconds > 0"
         )
 
@@ -366,7 +351,7 @@ def _resolve_endpoint(endpoint: str | None, env: str, default: str, func: str) -
         endpoint = os.environ.get(env) or default
         source = env if os.environ.get(env) else "the default endpoint"
     if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
-        raise ContractError(
+        raise InvalidArgument(
             f"{func}: {source}={endpoint!r} is not an http(s) URL; pass endpoint="
             f"'https://host' or set {env}"
         )
@@ -384,16 +369,14 @@ def _client(timeout: float) -> Any:
             f"agentdescent.dataloader needs httpx to download datasets; run "
             f"{_INSTALL_HINT} (rows already in the cache are served without it)"
         ) from exc
-    from . import __version__
-
     return httpx.Client(
         timeout=httpx.Timeout(timeout),
         follow_redirects=True,  # ModelScope redirects file downloads to object storage
-        headers={"User-Agent": f"agentdescent/{__version__} (+dataloader)"},
+        headers={"User-Agent": f"agentdescent/{VERSION} (+dataloader)"},
     )
 
 
-def _get(client: Any, url: str, hint: str) -> Any:
+def _get(client: Any, url: str, hint: str, clock: Clock) -> Any:
     """GET ``url``, retrying 429 / 5xx / connection errors with backoff; errors name URL + status."""
     import httpx
 
@@ -421,7 +404,7 @@ def _get(client: Any, url: str, hint: str) -> Any:
                 _MAX_ATTEMPTS - 1,
                 delay,
             )
-            _sleep(delay)
+            clock.sleep(delay)
             continue
         except httpx.HTTPError as exc:  # not transient: bad URL, unsupported protocol, ...
             raise DataLoadError(
@@ -442,7 +425,7 @@ def _get(client: Any, url: str, hint: str) -> Any:
                 _MAX_ATTEMPTS - 1,
                 delay,
             )
-            _sleep(delay)
+            clock.sleep(delay)
             continue
         if status >= 400:
             advice = (
@@ -461,7 +444,7 @@ def _get(client: Any, url: str, hint: str) -> Any:
 
 
 def _backoff(attempt: int) -> float:
-    return min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (attempt - 1))
+    return backoff_delay(attempt, initial=_BACKOFF_BASE, cap=_BACKOFF_CAP)
 
 
 def _retry_after(response: Any) -> float | None:

@@ -7,6 +7,7 @@ anything.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -14,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .model import Usage
-from .types import AgentDescentError, MergeOutcome, MergeReport
+from .errors import AgentDescentError
+from .types import MergeOutcome, MergeReport
+from .usage import Usage
 
-__all__ = ["EvolutionResult", "RoundInfo"]
+__all__ = ["AsyncStats", "EvolutionResult", "RoundInfo"]
 
 
 @dataclass
@@ -36,6 +38,7 @@ class RoundInfo:
         rollouts: rollouts finished in the round.
         cards: evidence cards merged in the round.
         backend_failures: backend calls that failed even after retries.
+        head_version: the head version after the merge.
     """
 
     index: int
@@ -49,12 +52,13 @@ class RoundInfo:
     rollouts: int = 0
     cards: int = 0
     backend_failures: int = 0
+    head_version: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         data = {k: getattr(self, k) for k in (
             "index", "held_out_reward", "committed", "fused", "discarded_stale",
-            "conflicts_dropped", "tokens", "rollouts", "cards", "backend_failures",
+            "conflicts_dropped", "tokens", "rollouts", "cards", "backend_failures", "head_version",
         )}
         data["reports"] = [r.to_json() for r in self.reports]
         return data
@@ -65,6 +69,46 @@ class RoundInfo:
         kwargs = dict(data)
         kwargs["reports"] = [MergeReport.from_json(r) for r in data.get("reports", [])]
         return cls(**kwargs)
+
+
+@dataclass
+class AsyncStats:
+    """What the barrier-free runtime counted: ``result.async_stats`` of an `async_evolve` run.
+
+    Args:
+        sweeps: merger sweeps (each one `RoundInfo`).
+        admitted: rollouts admitted.
+        discarded_stale: evidence cards the staleness policy dropped (their diffs built on
+            a head too old; each a rollout whose proposal was wasted). Not the same as
+            ``result.outcomes()["all-stale"]``, which counts merge *decisions* in which no
+            card survived the staleness filter: one such decision can drop several cards.
+        forced_refreshes: resyncs the stall guard forced.
+        resyncs: snapshot refreshes in all (forced or because the head moved on).
+        stragglers: worker threads still running when the call returned (their results
+            are dropped).
+        late_results_dropped: finished rollouts that arrived after the stop.
+        pacing_waits: times admission pacing held a worker.
+        backpressure_waits: times a full queue held a worker.
+    """
+
+    sweeps: int = 0
+    admitted: int = 0
+    discarded_stale: int = 0
+    forced_refreshes: int = 0
+    resyncs: int = 0
+    stragglers: int = 0
+    late_results_dropped: int = 0
+    pacing_waits: int = 0
+    backpressure_waits: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        """A JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AsyncStats:
+        """Rebuild from `to_json` output."""
+        return cls(**{k: int(v) for k, v in data.items()})
 
 
 @dataclass
@@ -90,6 +134,8 @@ class EvolutionResult:
         rollouts: rollouts finished (self-verify re-runs not included).
         counters: everything else the run counted (backend failures, self-verify skips,
             async sweeps, the eta histogram, stragglers...).
+        async_stats: what the barrier-free runtime counted (`AsyncStats`), or None for a
+            sync run.
     """
 
     state: dict[str, str]
@@ -106,9 +152,15 @@ class EvolutionResult:
     initial_reward: float | None = None
     rollouts: int = 0
     counters: dict[str, Any] = field(default_factory=dict)
+    async_stats: AsyncStats | None = None
 
     def outcomes(self) -> dict[str, int]:
-        """How many merge decisions ended each way, keyed by `MergeOutcome` value."""
+        """How many merge decisions ended each way, keyed by `MergeOutcome` value.
+
+        ``"all-stale"`` counts decisions in which no card survived the staleness filter,
+        not the cards it dropped: those are ``sum(h.discarded_stale for h in history)``
+        (and ``async_stats.discarded_stale`` in an async run).
+        """
         counts = {o.value: 0 for o in MergeOutcome}
         for info in self.history:
             for report in info.reports:
@@ -138,6 +190,7 @@ class EvolutionResult:
             "initial_reward": self.initial_reward,
             "rollouts": self.rollouts,
             "counters": self.counters,
+            "async_stats": self.async_stats.to_json() if self.async_stats is not None else None,
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -178,6 +231,7 @@ class EvolutionResult:
                 initial_reward=data["initial_reward"],
                 rollouts=int(data["rollouts"]),
                 counters=dict(data["counters"]),
+                async_stats=AsyncStats.from_json(data["async_stats"]) if data.get("async_stats") else None,
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise AgentDescentError(

@@ -17,7 +17,10 @@ A stale contract-breaking diff is discarded under every policy.
 from __future__ import annotations
 
 import enum
-from typing import Protocol, runtime_checkable
+from typing import ClassVar
+
+from .errors import InvalidArgument
+from .seams import Seam
 
 __all__ = [
     "FullStaleness",
@@ -40,30 +43,33 @@ class StaleAction(str, enum.Enum):
     """Drop the diff; its evidence card goes back to the pool."""
 
 
-@runtime_checkable
-class StalenessPolicy(Protocol):
+class StalenessPolicy(Seam):
     """Decides the fate of a possibly stale diff.
 
     Called by the aggregator, from the merging thread only, once per card per merge
     decision. Implementations must be pure functions of their arguments so that runs
-    repeat and A/B comparisons stay honest.
+    repeat and A/B comparisons stay honest. ``name`` and ``decide`` are required
+    (`agentdescent.testing.StalenessConformance` checks the contract).
     """
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("decide",)
+    REQUIRED_ATTRIBUTES: ClassVar[tuple[str, ...]] = ("name",)
 
     name: str
 
     def decide(self, eta: int, alpha: int, contract_breaking: bool) -> StaleAction:
         """Return the action for a card ``eta`` versions behind, under tolerance ``alpha``."""
-        ...
+        raise NotImplementedError
 
 
 def _check(eta: int, alpha: int) -> None:
     if eta < 0:
-        raise ValueError(f"eta={eta!r}: staleness cannot be negative")
+        raise InvalidArgument(f"eta={eta!r}: staleness cannot be negative")
     if alpha < 0:
-        raise ValueError(f"alpha={alpha!r}: the staleness tolerance cannot be negative")
+        raise InvalidArgument(f"alpha={alpha!r}: the staleness tolerance cannot be negative")
 
 
-class FullStaleness:
+class FullStaleness(StalenessPolicy):
     """Accept every diff however stale (only a stale contract-breaking diff is discarded)."""
 
     name = "full"
@@ -78,7 +84,7 @@ class FullStaleness:
         return "FullStaleness()"
 
 
-class GuardedStaleness:
+class GuardedStaleness(StalenessPolicy):
     """The default: rebase and re-verify within ``alpha`` versions, discard beyond."""
 
     name = "guarded"
@@ -95,7 +101,7 @@ class GuardedStaleness:
         return "GuardedStaleness()"
 
 
-class ReflectiveStaleness:
+class ReflectiveStaleness(StalenessPolicy):
     """Recover stale work: rebase every stale diff whatever ``alpha`` says."""
 
     name = "reflective"
@@ -126,10 +132,10 @@ def get_policy(name: str) -> StalenessPolicy:
         name: ``"full"``, ``"guarded"`` or ``"reflective"`` (case-insensitive).
 
     Raises:
-        ValueError: the name is unknown; the message lists the known ones.
+        InvalidArgument: the name is unknown; the message lists the known ones (also a ValueError).
     """
-    key = str(name).strip().lower()
+    key = name.strip().lower() if isinstance(name, str) else None
     if key not in _POLICIES:
         known = ", ".join(sorted(_POLICIES))
-        raise ValueError(f"unknown staleness policy {name!r}; known policies: {known}")
+        raise InvalidArgument(f"unknown staleness policy {name!r}; known policies: {known}")
     return _POLICIES[key]()

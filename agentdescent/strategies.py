@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Protocol, runtime_checkable
+from typing import ClassVar
 
+from .errors import InvalidArgument, InvalidArgumentType
+from .seams import Seam
 from .types import Diff, stable_hash
 
 __all__ = ["AppendRules", "KeyedRules", "SingleSlot", "Strategy", "same_value"]
@@ -21,27 +23,29 @@ __all__ = ["AppendRules", "KeyedRules", "SingleSlot", "Strategy", "same_value"]
 RULE_KEY_PREFIX = "rule-"
 
 
-@runtime_checkable
-class Strategy(Protocol):
+class Strategy(Seam):
     """Turns proposals into diffs of a flat ``dict[str, str]`` artifact.
 
     Called by the engines from worker threads; implementations must be pure and
-    thread-safe (the shipped ones hold only immutable configuration).
+    thread-safe (the shipped ones hold only immutable configuration). All three members
+    are required (`agentdescent.testing.StrategyConformance` checks them).
     """
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("initial", "render", "to_diff")
 
     def initial(self) -> dict[str, str]:
         """The state of a brand-new artifact."""
-        ...
+        raise NotImplementedError
 
     def render(self, state: Mapping[str, str]) -> str:
         """The text the agent sees for ``state``."""
-        ...
+        raise NotImplementedError
 
     def to_diff(
         self, state: Mapping[str, str], proposal: str, author: str, base_version: int, target: str
     ) -> Diff | None:
         """The diff that applies ``proposal`` to ``state``, or None when nothing would change."""
-        ...
+        raise NotImplementedError
 
 
 _WS = re.compile(r"\s+")
@@ -84,11 +88,11 @@ def _diff_id(target: str, author: str, base_version: int, ops: Mapping[str, str 
 
 def _check_proposal(proposal: object) -> str:
     if not isinstance(proposal, str):
-        raise TypeError(f"a proposal must be a str, got {type(proposal).__name__}")
+        raise InvalidArgumentType(f"a proposal must be a str, got {type(proposal).__name__}")
     return _clean(proposal)
 
 
-class AppendRules:
+class AppendRules(Strategy):
     """A playbook of independent rules, one content-addressed key per rule.
 
     Distinct proposals never contradict (different text, different key), so the
@@ -102,7 +106,7 @@ class AppendRules:
 
     def __init__(self, title: str = "# Playbook", separator: str | None = None) -> None:
         if separator is not None and (not isinstance(separator, str) or not separator):
-            raise ValueError(f"separator={separator!r}: use a non-empty str or None")
+            raise InvalidArgument(f"separator={separator!r}: use a non-empty str or None")
         self.title = title
         self.separator = separator
 
@@ -134,7 +138,7 @@ class AppendRules:
         return f"AppendRules(title={self.title!r}{sep})"
 
 
-class KeyedRules:
+class KeyedRules(Strategy):
     """Rules with named slots: ``"category: text"`` writes that category's slot.
 
     Two proposals for the same category with different text contradict (same key,
@@ -149,11 +153,11 @@ class KeyedRules:
     def __init__(self, categories: Iterable[str], title: str = "# Rules") -> None:
         cats = [str(c).strip() for c in categories]
         if not cats or any(not c for c in cats):
-            raise ValueError(f"categories={list(categories)!r}: give at least one non-empty name")
+            raise InvalidArgument(f"categories={list(categories)!r}: give at least one non-empty name")
         self.categories = tuple(cats)
         self._by_lower = {c.lower(): c for c in cats}
         if len(self._by_lower) != len(cats):
-            raise ValueError(f"categories={cats!r}: names must differ ignoring case")
+            raise InvalidArgument(f"categories={cats!r}: names must differ ignoring case")
         self.title = title
 
     @staticmethod
@@ -196,7 +200,7 @@ class KeyedRules:
         return f"KeyedRules(categories={list(self.categories)!r}, title={self.title!r})"
 
 
-class SingleSlot:
+class SingleSlot(Strategy):
     """One slot holding the whole artifact (a system prompt, say).
 
     Every two different proposals contradict, so the aggregator never fuses; it keeps
@@ -209,7 +213,7 @@ class SingleSlot:
 
     def __init__(self, initial_value: str = "", key: str = "value") -> None:
         if not isinstance(key, str) or not key:
-            raise ValueError(f"key={key!r}: use a non-empty str")
+            raise InvalidArgument(f"key={key!r}: use a non-empty str")
         self.initial_value = initial_value
         self.key = key
 
@@ -223,7 +227,7 @@ class SingleSlot:
         self, state: Mapping[str, str], proposal: str, author: str, base_version: int, target: str
     ) -> Diff | None:
         if not isinstance(proposal, str):
-            raise TypeError(f"a proposal must be a str, got {type(proposal).__name__}")
+            raise InvalidArgumentType(f"a proposal must be a str, got {type(proposal).__name__}")
         value = proposal.strip()
         if not value or state.get(self.key) == value:
             return None

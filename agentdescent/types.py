@@ -1,8 +1,10 @@
-"""The data model every other module speaks: tasks, diffs, evidence cards, merge reports, errors.
+"""The data model every other module speaks: tasks, diffs, evidence cards, merge reports, hashing.
 
-This module owns plain values and the error hierarchy. It must not import any other
-module of the package, hold state, or do I/O: everything here is safe to build in any
-thread and to serialise as JSON.
+This module owns plain values, their JSON round trips, and the two helpers every value
+passes through: `stable_hash` (the process-independent hash behind every partition, seed
+and content address) and `sanitize_text` (text that encodes as UTF-8). It must not import
+any module of the package but `agentdescent.errors` and `agentdescent.validation`, hold
+state, or do I/O: everything here is safe to build in any thread and to serialise as JSON.
 """
 
 from __future__ import annotations
@@ -13,94 +15,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import InvalidArgument, InvalidArgumentType
+
 __all__ = [
-    "AgentDescentError",
-    "CASConflict",
-    "ContractError",
     "Diff",
     "EvidenceCard",
-    "GovernanceError",
-    "LedgerError",
     "MergeOutcome",
     "MergeReport",
-    "ProposalContractError",
-    "ProviderError",
-    "RewardContractError",
     "Task",
     "apply_ops",
     "sanitize_text",
     "stable_hash",
     "vv_staleness",
 ]
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class AgentDescentError(Exception):
-    """Root of every error the package raises on purpose.
-
-    Catch this to handle anything agentdescent reports; the subclasses say which
-    side is at fault (the caller's contract, the ledger, a provider, governance).
-    """
-
-
-class ContractError(AgentDescentError, ValueError):
-    """A caller broke the contract of a public function (a bad value or callable)."""
-
-
-class RewardContractError(ContractError):
-    """A reward function returned something that is not a finite number in [0, 1]."""
-
-
-class ProposalContractError(ContractError, TypeError):
-    """A proposer returned something that is neither ``str`` nor ``None``."""
-
-
-class LedgerError(AgentDescentError):
-    """The ledger cannot do what was asked: unknown artifact, unreadable file, bad state."""
-
-
-class CASConflict(LedgerError):
-    """A compare-and-swap commit lost: the head moved past the caller's base version.
-
-    Attributes:
-        artifact_id: the artifact whose head moved.
-        base_version: the version the caller built on.
-        head_version: the version the ledger holds now.
-    """
-
-    def __init__(self, artifact_id: str, base_version: int, head_version: int) -> None:
-        self.artifact_id = artifact_id
-        self.base_version = base_version
-        self.head_version = head_version
-        super().__init__(
-            f"compare-and-swap lost on artifact {artifact_id!r}: built on version "
-            f"{base_version}, but the head is now version {head_version}; re-read the head "
-            "and re-apply the diff"
-        )
-
-
-class GovernanceError(AgentDescentError, ValueError):
-    """An operation would break a governance rule (for example evolving a frozen L0 artifact)."""
-
-
-class ProviderError(AgentDescentError):
-    """A model provider failed: authentication, rate limit, bad request or unavailability.
-
-    Every provider error says whether trying the same call again can help, so that the
-    engines never retry what cannot succeed and never multiply the provider's own retries.
-
-    Attributes:
-        retryable: True when the failure is transient (rate limit, 5xx, timeout) and the
-            provider gave up only because its own retry bound ran out: a later call may
-            succeed. False when the same request cannot succeed (rejected key, bad
-            request, unknown model, unreachable endpoint): the engines end the run at once.
-        endpoint: the base URL the call went to (credentials stripped), when known.
-    """
-
-    retryable: bool = False
-    endpoint: str | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -142,8 +69,8 @@ def stable_hash(*parts: object, bits: int = 64) -> int:
     Returns:
         A non-negative integer below ``2**bits``.
     """
-    if bits <= 0 or bits % 8 or bits > 512:
-        raise ValueError(f"bits={bits!r}: use a multiple of 8 between 8 and 512")
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits <= 0 or bits % 8 or bits > 512:
+        raise InvalidArgument(f"stable_hash(bits={bits!r}): use a multiple of 8 between 8 and 512")
     h = hashlib.blake2b(digest_size=bits // 8)
     for part in parts:
         text = part if isinstance(part, str) else repr(part)
@@ -167,6 +94,14 @@ def vv_staleness(head: Mapping[str, int], base: Mapping[str, int]) -> int:
     if not base:
         return 0
     return max(max(0, int(head.get(k, v)) - int(v)) for k, v in base.items())
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def apply_ops(state: Mapping[str, str], ops: Mapping[str, str | None]) -> dict[str, str]:
@@ -194,6 +129,10 @@ class Task:
         id: unique, stable identifier (duplicates are rejected by the engines).
         prompt: the input the agent sees.
         meta: anything the reward or the agent needs (gold answers, labels...).
+
+    Raises:
+        InvalidArgumentType: ``id`` or ``prompt`` is not a ``str``, or ``meta`` is not a mapping.
+        InvalidArgument: ``id`` is empty, or a text holds a lone surrogate.
     """
 
     id: str
@@ -201,12 +140,25 @@ class Task:
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise ContractError(f"Task.id must be a non-empty str, got {self.id!r}")
+        if not isinstance(self.id, str):
+            raise InvalidArgumentType(f"Task(id={self.id!r}): use a non-empty str")
+        if not self.id:
+            raise InvalidArgument("Task(id=''): use a non-empty str (ids key the held-out cache and the ledger)")
         if not isinstance(self.prompt, str):
-            raise ContractError(
+            raise InvalidArgumentType(
                 f"Task {self.id!r}: prompt must be a str, got {type(self.prompt).__name__}"
             )
+        if not isinstance(self.meta, Mapping):
+            raise InvalidArgumentType(
+                f"Task {self.id!r}: meta={self.meta!r:.60} must be a mapping (a dict of what the "
+                "reward or the agent needs, such as {'answer': ...})"
+            )
+        for what, text in (("id", self.id), ("prompt", self.prompt)):
+            if not _encodes(text):
+                raise InvalidArgument(
+                    f"Task {self.id!r:.60}: its {what} holds a lone surrogate, which no file or database "
+                    "can store; clean it with agentdescent.types.sanitize_text"
+                )
 
 
 @dataclass(frozen=True)
@@ -222,7 +174,8 @@ class Diff:
         author: who proposed it (a worker id, "fusion", ...), for audit only.
 
     Raises:
-        TypeError: an op key is not a ``str`` or an op value is neither ``str`` nor ``None``.
+        InvalidArgumentType: an id, the target or the author is not a non-empty ``str``, an
+            op key is not a ``str``, or an op value is neither ``str`` nor ``None``.
     """
 
     diff_id: str
@@ -232,13 +185,19 @@ class Diff:
     author: str = "unknown"
 
     def __post_init__(self) -> None:
+        for name in ("diff_id", "target", "author"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise InvalidArgumentType(f"Diff({name}={value!r}): use a non-empty str")
+        if not isinstance(self.contract_breaking, bool):
+            raise InvalidArgumentType(f"Diff(contract_breaking={self.contract_breaking!r}): use True or False")
         if not isinstance(self.ops, Mapping):
-            raise TypeError(f"Diff {self.diff_id!r}: ops must be a dict, got {type(self.ops).__name__}")
+            raise InvalidArgumentType(f"Diff {self.diff_id!r}: ops must be a dict, got {type(self.ops).__name__}")
         for key, value in self.ops.items():
             if not isinstance(key, str):
-                raise TypeError(f"Diff {self.diff_id!r}: op key {key!r} must be a str")
+                raise InvalidArgumentType(f"Diff {self.diff_id!r}: op key {key!r} must be a str")
             if value is not None and not isinstance(value, str):
-                raise TypeError(
+                raise InvalidArgumentType(
                     f"Diff {self.diff_id!r}: op {key!r} has a {type(value).__name__} value; "
                     "use a str to write the key or None to delete it"
                 )

@@ -35,7 +35,7 @@ from agentdescent.context import (
     HeuristicTokenCounter,
 )
 from agentdescent.testing import CachingProviderSim, ManualClock
-from agentdescent.types import stable_hash
+from agentdescent import stable_hash
 
 MODES = ("standalone", "fork", "auto")
 BUCKETS = ((0.0, 0.10), (0.10, 0.15), (0.15, 0.22), (0.22, 0.30), (0.30, 1.01))

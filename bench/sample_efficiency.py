@@ -74,7 +74,7 @@ if str(ROOT) not in sys.path:
 from agentdescent import Aggregator, AggregatorConfig, MemoryLedger, Usage, evolve  # noqa: E402
 from agentdescent.domains.router import KEYWORDS, RouterDomain, make_tasks, parse_rules  # noqa: E402
 from agentdescent.domains.valuesim import ValueSim  # noqa: E402
-from agentdescent.runtime import split_tasks  # noqa: E402
+from agentdescent.config import Split  # noqa: E402
 
 __all__ = ["ARMS", "WORKLOADS", "Instance", "RunRow", "main", "run_bench", "run_one"]
 
@@ -321,8 +321,8 @@ def run_one(spec: WorkloadSpec, seed: int, arm: str, rounds: int,
     row.initial_quality = inst.test_quality(strategy.render(strategy.initial()))
     # The split this run gets (the engine's own function, the run's own arguments): how
     # balanced it is per category.
-    train, held = split_tasks(kwargs["tasks"], kwargs.get("held_out_frac", 0.4), kwargs.get("shuffle", True),
-                              kwargs.get("seed", 0), kwargs.get("stratify"))
+    train, held = Split(kwargs.get("held_out_frac", 0.4), kwargs.get("shuffle", True),
+                        kwargs.get("stratify")).split(kwargs["tasks"], kwargs.get("seed", 0))
     categories = {str(t.meta[inst.category]) for t in kwargs["tasks"]}
     row.fewest_train_per_category = min(sum(str(t.meta[inst.category]) == c for t in train) for c in categories)
     row.categories_without_held_out = len(categories - {str(t.meta[inst.category]) for t in held})

@@ -18,6 +18,8 @@ from agentdescent import (
 )
 from agentdescent.domains.router import RouterDomain
 
+from .toy import replayable
+
 
 class ScriptedAllocator(AllocatorPolicy):
     """An allocator that answers a fixed decision and records every call."""
@@ -142,7 +144,7 @@ def test_huge_budget_without_allocator_changes_nothing() -> None:
     plain = evolve(**_domain().evolve_kwargs(), rounds=6, n_workers=3)
     budgeted = evolve(**_domain().evolve_kwargs(), rounds=6, n_workers=3, max_tokens=10**12)
     assert plain.state == budgeted.state
-    assert [h.to_json() for h in plain.history] == [h.to_json() for h in budgeted.history]
+    assert [replayable(h) for h in plain.history] == [replayable(h) for h in budgeted.history]
     assert plain.budget is None and budgeted.budget is not None
 
 

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 
 from agentdescent import ContractError
 from agentdescent import context as ctx
+from agentdescent import tokens
+from agentdescent.tokens import as_token_counter, estimate_tokens
 from agentdescent.context import (
     DEFAULT_FORK_MIN_SPAN_RATIO,
     MEASURED_CACHE_HIT_FRACTION,
@@ -36,14 +38,16 @@ from agentdescent.context import (
 )
 from agentdescent.testing import CachingProviderSim, FakeProvider, ManualClock
 
-COUNTER = HeuristicTokenCounter()
+#: One token per word (the helpers below build texts of known word counts), with the
+#: default framing overhead: the compaction tests count in words.
+COUNTER = as_token_counter(lambda text: len(text.split()))
 MODEL = "model-a"
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
-LOGGER = "agentdescent.context"
+LOGGER = "agentdescent.compaction"
 
 
 def words(tag: str, n: int) -> str:
-    """``n`` four-character words: exactly ``n`` heuristic tokens."""
+    """``n`` four-character words: exactly ``n`` tokens to ``COUNTER``."""
     return " ".join(f"{tag}{i % 1000:03d}" for i in range(n))
 
 
@@ -674,7 +678,7 @@ def test_default_counter_is_offline_and_deterministic() -> None:
     assert isinstance(counter, TokenCounter)
     message = {"role": "user", "content": "The quick brown fox, twice."}
     assert counter.count_message(message) == counter.count_message(dict(message)) > 0
-    assert HeuristicTokenCounter().count_text("abcdefgh ij, k") == 5
+    assert HeuristicTokenCounter().count_text("abcdefgh ij, k") == 4 == estimate_tokens("abcdefgh ij, k")
     assert HeuristicTokenCounter(2.5).count_text("abcdefgh") == 4
 
 
@@ -717,16 +721,16 @@ def _fake_tiktoken(monkeypatch: pytest.MonkeyPatch, cached: bool) -> dict[str, b
 
 def test_tiktoken_is_never_asked_to_download(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _fake_tiktoken(monkeypatch, cached=False)
-    assert ctx._cached_tiktoken_encoding() is None
+    assert tokens._cached_tiktoken_encoding() is None
     assert seen["downloaded"] is False
     assert sys.modules["tiktoken.load"].read_file.__name__ == "read_file"  # restored
 
 
 def test_a_locally_cached_tiktoken_encoding_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_tiktoken(monkeypatch, cached=True)
-    encoding = ctx._cached_tiktoken_encoding()
+    encoding = tokens._cached_tiktoken_encoding()
     assert encoding is not None
-    counter = ctx._TiktokenCounter(encoding)
+    counter = tokens._TiktokenCounter(encoding)
     assert counter.count_text("three word text") == 3
 
 

@@ -29,7 +29,8 @@ from agentdescent.dataloader import (
     hf_rows_modelscope,
     normalize_hotpotqa_row,
 )
-from agentdescent.types import AgentDescentError
+from agentdescent.clock import MonotonicClock
+from agentdescent.errors import AgentDescentError
 
 # --------------------------------------------------------------------------- the server
 
@@ -111,7 +112,8 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[float]:
     monkeypatch.setenv("AGENTDESCENT_HF_ENDPOINT", dead)
     monkeypatch.setenv("AGENTDESCENT_MODELSCOPE_ENDPOINT", dead)
     sleeps: list[float] = []
-    monkeypatch.setattr(dataloader, "_sleep", sleeps.append)
+    # every wait goes through the clock seam: record the real clock's sleeps instead of sleeping
+    monkeypatch.setattr(MonotonicClock, "sleep", lambda self, seconds: sleeps.append(seconds))
     return sleeps
 
 

@@ -615,7 +615,10 @@ def test_cards_carry_their_own_token_cost_whatever_the_concurrency():
 
 
 def test_the_default_split_is_a_seeded_shuffle_and_stratify_keeps_every_category_on_both_sides():
-    from agentdescent.runtime import split_tasks
+    from agentdescent.config import Split
+
+    def split_tasks(tasks, frac, shuffle, seed, stratify=None):
+        return Split(frac, shuffle, stratify).split(tasks, seed)
 
     # sorted by category, as task files usually are: a positional split would hold out
     # only category "c" and no worker would ever see it

@@ -36,7 +36,7 @@ from agentdescent.ledger import (
     SqliteLedger,
 )
 from agentdescent.testing import LedgerConformance
-from agentdescent.types import LedgerError
+from agentdescent.errors import LedgerError
 
 SPAWN = multiprocessing.get_context("spawn")
 JOIN_TIMEOUT = 60.0
@@ -754,10 +754,8 @@ TestSqliteLedgerMachine.settings = _MACHINE_SETTINGS
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_run_state_keeps_its_rounds_apart_and_replaces_a_round_saved_again(kind, tmp_path):
-    from agentdescent.ledger import RunStateStore
-
     ledger = MemoryLedger() if kind == "memory" else SqliteLedger(tmp_path / "l.sqlite")
-    assert isinstance(ledger, RunStateStore) and ledger.load_run_state("run") is None
+    assert ledger.load_run_state("run") is None
     ledger.save_run_state("run", {"step": 1}, [{"index": 1, "tokens": 5}, {"index": 2, "tokens": 7}])
     ledger.save_run_state("run", {"step": 2}, [{"index": 2, "tokens": 9}, {"index": 3, "tokens": 1}])
     state = ledger.load_run_state("run")

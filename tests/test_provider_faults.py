@@ -30,7 +30,7 @@ from agentdescent.providers import (
     from_callable,
     openai_compatible,
 )
-from agentdescent.types import ProviderError
+from agentdescent.errors import ProviderError
 from tests.llm_server import LLMServer, anthropic_body, openai_body
 from tests.test_providers import KEY, USER, VirtualClock, free_port, leaked_fragments
 
@@ -54,9 +54,9 @@ def make(vendor, base, clock, **kwargs):
     kwargs.setdefault("seed", 0)
     if vendor == "openai":
         url = base if isinstance(base, str) else base.openai_base_url
-        return openai_compatible("test-model", base_url=url, sleep=clock.sleep, clock=clock, **kwargs)
+        return openai_compatible("test-model", base_url=url, clock=clock, **kwargs)
     url = base if isinstance(base, str) else base.base_url
-    return anthropic("claude-test", base_url=url, sleep=clock.sleep, clock=clock, **kwargs)
+    return anthropic("claude-test", base_url=url, clock=clock, **kwargs)
 
 
 def error_body(vendor, message):

@@ -18,6 +18,8 @@ import pytest
 from agentdescent import ProviderError
 from agentdescent._http import parse_retry_after
 from agentdescent.agents import Completion, Usage
+from agentdescent.clock import Clock
+from agentdescent.providers.sdk import _Redactor
 from agentdescent.providers import (
     AnthropicProvider,
     OpenAICompatibleProvider,
@@ -29,7 +31,6 @@ from agentdescent.providers import (
     ProviderResponseError,
     ProviderTimeoutError,
     ProviderUnavailableError,
-    _Redactor,
     anthropic,
     from_callable,
     openai_compatible,
@@ -40,19 +41,19 @@ KEY = "sk-TESTKEY-q7Zx9Lp2Wm4Rv8Ty6Nb3Hc5J"
 USER = [{"role": "user", "content": "What is 6 * 7?"}]
 
 
-class VirtualClock:
-    """A clock plus sleep pair: sleeping advances the clock instantly and is recorded."""
+class VirtualClock(Clock):
+    """Virtual time through the clock seam: sleeping advances the clock instantly and is recorded."""
 
     def __init__(self) -> None:
-        self.now = 0.0
+        self.t = 0.0
         self.sleeps: list[float] = []
 
-    def __call__(self) -> float:
-        return self.now
+    def now(self) -> float:
+        return self.t
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
-        self.now += seconds
+        self.t += seconds
 
 
 @pytest.fixture
@@ -70,7 +71,7 @@ def make_openai(server, clock, **kwargs):
     kwargs.setdefault("api_key", KEY)
     kwargs.setdefault("seed", 0)
     return openai_compatible(
-        "test-model", base_url=server.openai_base_url, sleep=clock.sleep, clock=clock, **kwargs
+        "test-model", base_url=server.openai_base_url, clock=clock, **kwargs
     )
 
 
@@ -78,7 +79,7 @@ def make_anthropic(server, clock, **kwargs):
     kwargs.setdefault("api_key", KEY)
     kwargs.setdefault("seed", 0)
     return anthropic(
-        "claude-test", base_url=server.base_url, sleep=clock.sleep, clock=clock, **kwargs
+        "claude-test", base_url=server.base_url, clock=clock, **kwargs
     )
 
 
@@ -259,7 +260,7 @@ def test_timeout_is_retried_then_typed(server, clock):
 def test_connection_refused_is_a_connection_error(clock):
     base_url = f"http://127.0.0.1:{free_port()}/v1"
     provider = openai_compatible(
-        "test-model", base_url=base_url, api_key=KEY, max_retries=2, sleep=clock.sleep, clock=clock
+        "test-model", base_url=base_url, api_key=KEY, max_retries=2, clock=clock
     )
     with pytest.raises(ProviderUnavailableError, match="Is the server running") as info:
         provider.complete(USER)
@@ -683,7 +684,7 @@ def test_a_per_call_limit_below_one_is_refused_before_sending(server, clock, bad
 
 def test_a_404_from_a_base_url_without_v1_says_to_add_it(server, clock):
     provider = openai_compatible("test-model", base_url=server.base_url, api_key=KEY,
-                                 sleep=clock.sleep, clock=clock)
+                                 clock=clock)
     server.push({"detail": "Not Found"}, status=404)
     with pytest.raises(ProviderBadRequestError) as info:
         provider.complete(USER)
@@ -703,7 +704,7 @@ def test_a_404_with_v1_points_at_the_model_name(server, clock):
 
 def test_anthropic_404_from_a_base_url_with_v1_says_to_drop_it(server, clock):
     provider = anthropic("claude-test", base_url=server.base_url + "/v1", api_key=KEY,
-                         sleep=clock.sleep, clock=clock)
+                         clock=clock)
     server.push({"type": "error", "error": {"type": "not_found_error", "message": "Not found"}}, status=404)
     with pytest.raises(ProviderBadRequestError, match="drop it") as info:
         provider.complete(USER)
@@ -743,7 +744,7 @@ def test_anthropic_temperature_uses_the_sdk_argument_when_there_is_one():
     provider = AnthropicProvider(max_tokens=16, sdk=sdk, client=Client(), model="m",
                                  endpoint="http://127.0.0.1:1", key="k" * 20, max_retries=0,
                                  max_retry_seconds=1.0, initial_backoff=0.0, max_backoff=0.0,
-                                 usage=None, seed=0, sleep=lambda s: None, clock=lambda: 0.0)
+                                 usage=None, seed=0, clock=VirtualClock())
     with pytest.raises(RuntimeError, match="stop here"):
         provider._send(USER, "m", {"temperature": 0.2})
     assert seen == [{"temperature": 0.2, "extra_body": None}]

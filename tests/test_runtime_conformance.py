@@ -24,7 +24,7 @@ from agentdescent import (
 )
 from agentdescent.domains.router import RouterDomain
 from agentdescent.result import EvolutionResult
-from agentdescent.runtime import GroupTracker
+from agentdescent.worker import GroupTracker
 from agentdescent.testing import FakeProvider, ManualClock
 
 from .toy import echo_run, never_propose, toy_propose, toy_reward, toy_tasks

@@ -27,11 +27,11 @@ from agentdescent import (
     async_evolve,
     evolve,
 )
-from agentdescent.model import recording, replay_usage, run_meters, thread_tokens, usage_phase
+from agentdescent.usage import recording, replay_usage, run_meters, thread_tokens, usage_phase
 from agentdescent.testing import FakeProvider
 
 from . import scale_out_helpers as helpers
-from .toy import echo_run, toy_propose, toy_reward, toy_tasks
+from .toy import echo_run, replayable, toy_propose, toy_reward, toy_tasks
 
 ROUNDS = 3
 N_WORKERS = 2
@@ -176,7 +176,7 @@ def test_a_sync_run_on_a_process_pool_matches_the_same_run_on_threads(tmp_path):
                 executor.shutdown()
     threads, processes = results
     assert processes.state == threads.state and processes.version == threads.version
-    assert [h.to_json() for h in processes.history] == [h.to_json() for h in threads.history]
+    assert [replayable(h) for h in processes.history] == [replayable(h) for h in threads.history]
     assert processes.usage.snapshot() == threads.usage.snapshot()
     assert processes.usage.by_phase() == threads.usage.by_phase()
 

@@ -7,6 +7,8 @@ evidence rule asks of every commit.
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentdescent import Task
 
 
@@ -38,3 +40,10 @@ def toy_propose(rendered: str, task: Task, output: str, reward: float) -> str | 
 def never_propose(rendered: str, task: Task, output: str, reward: float) -> None:
     """No change, ever."""
     return None
+
+
+def replayable(info: Any) -> dict[str, Any]:
+    """A round's JSON without its wall time (``elapsed``): what repeats bit for bit."""
+    data = info.to_json()
+    data.pop("elapsed", None)
+    return data

@@ -22,9 +22,11 @@ import re
 import time
 from collections.abc import Mapping
 
-from ..agents import Usage
+from ..errors import RewardContractError
 from ..strategies import KeyedRules
-from ..types import RewardContractError, Task, stable_hash
+from ..tokens import estimate_tokens
+from ..types import Task, stable_hash
+from ..usage import Usage
 
 __all__ = [
     "KEYWORDS",
@@ -92,7 +94,7 @@ def make_tasks(texts_per_keyword: int = 12) -> list[Task]:
 
 
 def _tokens(text: str) -> int:
-    return math.ceil(len(text) / 4)
+    return estimate_tokens(text)
 
 
 def parse_rules(rendered: str) -> dict[str, str]:

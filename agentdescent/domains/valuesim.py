@@ -21,13 +21,13 @@ This module must not touch the network or the global RNG.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 
-from ..agents import Usage
 from ..strategies import AppendRules
+from ..tokens import estimate_tokens
 from ..types import Task, stable_hash
+from ..usage import Usage
 
 __all__ = ["ValueSim"]
 
@@ -95,7 +95,7 @@ class ValueSim:
 
     @staticmethod
     def _tokens(text: str) -> int:
-        return math.ceil(len(text) / 4)
+        return estimate_tokens(text)
 
     def run(self, rendered: str, task: Task) -> str:
         """Answer the task's label when the playbook has its rule; else report partial credit."""

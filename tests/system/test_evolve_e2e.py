@@ -28,6 +28,8 @@ from agentdescent import (
 )
 from agentdescent.domains.router import KEYWORDS, LABELS, RouterDomain
 
+from ..toy import replayable
+
 # Backend-retry warnings are expected in several tests here; keep the output readable.
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -221,7 +223,7 @@ def test_max_concurrency_1_repeats_bit_for_bit():
     runs = [evolve(**router_kwargs(seed=3), rounds=10, refresh_interval=2, max_concurrency=1)
             for _ in range(2)]
     assert runs[0].state == runs[1].state
-    assert [h.to_json() for h in runs[0].history] == [h.to_json() for h in runs[1].history]
+    assert [replayable(h) for h in runs[0].history] == [replayable(h) for h in runs[1].history]
     assert _fingerprint(runs[0]) == _fingerprint(runs[1])
 
 
@@ -251,7 +253,7 @@ def test_executor_accepts_a_thread_pool_and_leaves_it_open():
         assert pool.submit(lambda: 41 + 1).result() == 42  # the caller's pool is not shut down
     assert any(name != threading.current_thread().name for name in used)
     assert result.state == serial.state
-    assert [h.to_json() for h in result.history] == [h.to_json() for h in serial.history]
+    assert [replayable(h) for h in result.history] == [replayable(h) for h in serial.history]
 
 
 # --------------------------------------------------------------------------- resume
@@ -265,7 +267,7 @@ def test_resume_from_a_ledger_file_continues_the_version_sequence(tmp_path):
     second = evolve(**router_kwargs(), rounds=4, ledger=str(path), artifact_id="router", seed=1)
     # the run's progress came back with the head: numbering, history and spend continue
     assert [h.index for h in second.history] == list(range(1, 9))
-    assert [h.to_json() for h in second.history[:4]] == [h.to_json() for h in first.history]
+    assert [replayable(h) for h in second.history[:4]] == [replayable(h) for h in first.history]
     assert second.usage.total_tokens > first.usage.total_tokens
     assert second.initial_reward == pytest.approx(first.initial_reward)
     new_rounds = second.history[len(first.history):]

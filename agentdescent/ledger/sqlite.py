@@ -1,451 +1,46 @@
-"""The versioned store of artifact states: the ``Ledger`` seam and its two implementations.
+"""`SqliteLedger`: the embedded, persisted ledger (one SQLite file, WAL, any number of threads and processes).
 
-This module owns version numbering, the compare-and-swap (CAS) commit rule and the
-on-disk format of a persisted run. A version row, once written, is never rewritten:
-``commit`` appends ``base_version + 1`` only if the head is still ``base_version``, so
-two writers can never both win the same version and no update is ever lost.
-
-It must not decide *what* gets committed (that is the aggregator's job), call a model,
-read the clock for anything but audit timestamps, or serialise state with ``pickle``:
-a persisted ledger holds JSON text only, written through parameterised SQL.
+This module owns the on-disk format of a persisted run: artifact versions (a version row,
+once written, is never rewritten: ``commit`` appends ``base_version + 1`` only if the head
+is still ``base_version``, so two writers can never both win the same version), and a
+run's saved progress beside them. It must not read the clock for anything but audit
+timestamps, or serialise anything with ``pickle``: the file holds JSON text only,
+written through parameterised SQL.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from .types import CASConflict, ContractError, LedgerError
+from ..errors import CASConflict, InvalidArgument, LedgerError
+from .base import (
+    _MAX_LISTED_PROBLEMS,
+    SCHEMA,
+    Ledger,
+    LedgerEntry,
+    _check_artifact_id,
+    _check_base_version,
+    _check_blast_radius,
+    _check_state,
+    _meta_json,
+    _parse_meta,
+    _parse_state,
+    _unknown,
+    _warn_blast_radius_mismatch,
+)
 
-__all__ = ["CASConflict", "Ledger", "LedgerEntry", "MemoryLedger", "RunStateStore", "SqliteLedger"]
+__all__ = ["SqliteLedger"]
 
 logger = logging.getLogger("agentdescent.ledger")
-
-#: The value of the ``schema`` row in the ``meta`` table of a ledger file. A file
-#: holding another value was written by something else and is refused, never migrated.
-SCHEMA = "agentdescent-ledger/1"
-
-_MAX_LISTED_IDS = 10
-_MAX_LISTED_PROBLEMS = 20
-
-
-# --------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One version of one artifact, as `Ledger.history` returns it.
-
-    Entries are snapshots: the dicts they hold are copies, so changing them never
-    changes the ledger.
-
-    Args:
-        artifact_id: the artifact this version belongs to.
-        version: the version number, 1 for the state given to ``register``.
-        state: the artifact's full state at this version.
-        meta: the small JSON audit record passed to ``commit`` (diff id, author...),
-            ``{}`` when none was given.
-    """
-
-    artifact_id: str
-    version: int
-    state: dict[str, str]
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------- the seam
-
-
-@runtime_checkable
-class Ledger(Protocol):
-    """A versioned store of artifact states with compare-and-swap commits.
-
-    Who calls it: in a run, exactly one writer registers artifacts and commits (the
-    aggregator, on the merger thread or at the sync round barrier); workers call
-    `head` and `versions` from any thread to take snapshots, and governance
-    reads `blast_radius`. No model call ever runs while a commit is in flight.
-
-    Thread-safety: every method may be called from any thread at any time, including
-    concurrently with a commit. Implementations serialise writes themselves.
-
-    Consistency rules every implementation keeps (`agentdescent.testing.LedgerConformance`
-    is the conformance suite; subclass it to check another implementation):
-
-    - Versions of an artifact are contiguous: 1 (``register``) up to the head, each
-      created by exactly one successful ``commit``. A version row is never rewritten.
-    - ``commit(aid, state, base)`` is atomic: it succeeds, creating ``base + 1``, if and
-      only if the head is ``base`` at that instant; otherwise it raises
-      `CASConflict` and changes nothing. The caller re-reads the head and
-      re-applies its diff; it never overwrites the winner.
-    - ``head`` returns a version and the state *of that version* (never a torn pair),
-      as a copy the caller may mutate.
-    - ``register`` of a known id is a no-op (a resumed run keeps its history).
-    """
-
-    def register(self, artifact_id: str, state: Mapping[str, str], blast_radius: float) -> None:
-        """Create ``artifact_id`` at version 1 with ``state``; a no-op if it already exists."""
-        ...
-
-    def head(self, artifact_id: str) -> tuple[int, dict[str, str]]:
-        """Return ``(version, state)`` of the artifact's head; the state is a copy."""
-        ...
-
-    def versions(self) -> dict[str, int]:
-        """Return artifact id -> head version for every registered artifact."""
-        ...
-
-    def commit(
-        self,
-        artifact_id: str,
-        new_state: Mapping[str, str],
-        base_version: int,
-        *,
-        meta: Mapping[str, Any] | None = None,
-    ) -> int:
-        """Append ``new_state`` as version ``base_version + 1`` if the head is still ``base_version``."""
-        ...
-
-    def history(self, artifact_id: str) -> list[LedgerEntry]:
-        """Return every version of the artifact, oldest first."""
-        ...
-
-    def blast_radius(self, artifact_id: str) -> float:
-        """Return the blast radius given to ``register`` (governance classifies by it)."""
-        ...
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _check_artifact_id(artifact_id: object) -> str:
-    if not isinstance(artifact_id, str) or not artifact_id:
-        raise ContractError(
-            f"artifact_id={artifact_id!r}: an artifact id must be a non-empty str "
-            "(for example 'artifact' or 'skill:router')"
-        )
-    return artifact_id
-
-
-def _check_state(artifact_id: str, state: object, what: str = "state") -> dict[str, str]:
-    """Validate a flat ``str -> str`` state and return a private copy of it."""
-    if not isinstance(state, Mapping):
-        raise TypeError(
-            f"{what} for artifact {artifact_id!r} must be a mapping of str to str, got "
-            f"{type(state).__name__}; artifact state is always a flat dict[str, str]"
-        )
-    copy: dict[str, str] = {}
-    for key, value in state.items():
-        if not isinstance(key, str):
-            raise TypeError(
-                f"{what} for artifact {artifact_id!r} has a {type(key).__name__} key {key!r}; "
-                "keys must be str"
-            )
-        if not isinstance(value, str):
-            raise TypeError(
-                f"{what} for artifact {artifact_id!r}: key {key!r} holds a "
-                f"{type(value).__name__} value; values must be str (serialise it first)"
-            )
-        copy[key] = value
-    return copy
-
-
-def _check_blast_radius(artifact_id: str, blast_radius: object) -> float:
-    if isinstance(blast_radius, bool) or not isinstance(blast_radius, (int, float)):
-        raise TypeError(
-            f"blast_radius={blast_radius!r} for artifact {artifact_id!r}: expected a float "
-            f"in [0, 1], got {type(blast_radius).__name__}"
-        )
-    value = float(blast_radius)
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ContractError(
-            f"blast_radius={blast_radius!r} for artifact {artifact_id!r}: expected a finite "
-            "float in [0, 1] (the share of the system a bad change can hurt; "
-            "<= 0.30 is a fast L2 artifact)"
-        )
-    return value
-
-
-def _check_base_version(artifact_id: str, base_version: object) -> int:
-    if isinstance(base_version, bool) or not isinstance(base_version, int):
-        raise TypeError(
-            f"base_version={base_version!r} for artifact {artifact_id!r}: expected the int "
-            "version the new state was built on (the first element of head())"
-        )
-    if base_version < 1:
-        raise ContractError(
-            f"base_version={base_version!r} for artifact {artifact_id!r}: versions start at 1; "
-            "pass the version head() returned"
-        )
-    return base_version
-
-
-def _meta_json(artifact_id: str, meta: object) -> str:
-    """Validate the audit record and return it as JSON text."""
-    if meta is None:
-        return "{}"
-    if not isinstance(meta, Mapping):
-        raise TypeError(
-            f"meta for artifact {artifact_id!r} must be a mapping (a small JSON audit record "
-            f"such as {{'diff_id': ..., 'author': ...}}), got {type(meta).__name__}"
-        )
-    try:
-        return json.dumps(dict(meta), sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"meta for artifact {artifact_id!r} is not JSON-serialisable ({exc}); keep it to "
-            "str keys and str/number/bool/None/list/dict values"
-        ) from exc
-
-
-_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
-
-
-def _json_type(value: object) -> str:
-    return _JSON_TYPES.get(type(value), "number")
-
-
-def _parse_state(text: object) -> dict[str, str]:
-    """Parse a stored state; raise ``ValueError`` saying what is wrong with it."""
-    if not isinstance(text, str):
-        raise ValueError(f"a {type(text).__name__} value where JSON text belongs")
-    state = json.loads(text)
-    if not isinstance(state, dict):
-        raise ValueError(f"a JSON {_json_type(state)}, not an object")
-    for key, value in state.items():
-        if not isinstance(value, str):
-            raise ValueError(f"key {key!r} holds a JSON {_json_type(value)}, not a string")
-    return state
-
-
-def _parse_meta(text: object) -> dict[str, Any]:
-    """Parse a stored audit record; raise ``ValueError`` saying what is wrong with it."""
-    if not isinstance(text, str):
-        raise ValueError(f"a {type(text).__name__} value where JSON text belongs")
-    meta = json.loads(text)
-    if not isinstance(meta, dict):
-        raise ValueError(f"a JSON {_json_type(meta)}, not an object")
-    return meta
-
-
-def _unknown(artifact_id: str, known: list[str]) -> LedgerError:
-    if not known:
-        return LedgerError(
-            f"unknown artifact {artifact_id!r}: no artifact is registered in this ledger; "
-            "call register(artifact_id, state, blast_radius) first"
-        )
-    known = sorted(known)
-    listed = ", ".join(repr(k) for k in known[:_MAX_LISTED_IDS])
-    if len(known) > _MAX_LISTED_IDS:
-        listed += f", ... ({len(known) - _MAX_LISTED_IDS} more)"
-    return LedgerError(
-        f"unknown artifact {artifact_id!r}: registered artifacts are {listed}; "
-        "check the id or register it first"
-    )
-
-
-def _warn_blast_radius_mismatch(artifact_id: str, stored: float, given: float) -> None:
-    if stored != given:
-        logger.warning(
-            "register(%r): blast_radius=%s differs from the stored %s; the artifact already "
-            "exists, so the stored value is kept (a ledger never rewrites an artifact)",
-            artifact_id,
-            given,
-            stored,
-        )
-
-
-# --------------------------------------------------------------------------- in memory
-
-
-@dataclass
-class _Record:
-    blast_radius: float
-    entries: list[LedgerEntry]
-
-
-@runtime_checkable
-class RunStateStore(Protocol):
-    """Where a run keeps its progress between processes: the library side of resume.
-
-    The engines save one JSON object per run (keyed by the artifact id) and the rounds
-    that are new since the last save, after every round or sweep, and read it back when a run opens on a ledger that already holds it
-    (`agentdescent.runtime.open_run`): round numbering, spend, stop-rule, allocator and
-    task-order state continue instead of starting over. Both shipped ledgers implement
-    it; a third-party `Ledger` without it simply runs without resume. Called from the
-    merging thread only.
-    """
-
-    def save_run_state(self, run_id: str, state: Mapping[str, Any],
-                       rounds: Sequence[Mapping[str, Any]] = ()) -> None:
-        """Replace the run's saved progress with ``state``, and store ``rounds``, atomically.
-
-        ``state`` is a JSON-ready mapping; each of ``rounds`` is one round's JSON with an
-        ``"index"``, stored under that index (a round saved again replaces its earlier
-        copy). Rounds are kept apart from the state so that a long run saves only what is
-        new, not its whole history, after every round.
-        """
-        ...
-
-    def load_run_state(self, run_id: str) -> dict[str, Any] | None:
-        """The run's saved progress with ``"history"``: its rounds in index order; None if none."""
-        ...
-
-
-class MemoryLedger:
-    """A `Ledger` held in a dict behind one lock, for tests and throwaway runs.
-
-    Nothing survives the process; use `SqliteLedger` to persist or resume a run.
-    Every method takes the same lock, so reads and commits from any thread see whole
-    commits only.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._records: dict[str, _Record] = {}
-        self._run_states: dict[str, str] = {}
-        self._run_rounds: dict[str, dict[int, str]] = {}
-
-    def save_run_state(self, run_id: str, state: Mapping[str, Any],
-                       rounds: Sequence[Mapping[str, Any]] = ()) -> None:
-        """Keep the run's progress and rounds (as JSON text, so what comes back is a copy)."""
-        text = json.dumps(dict(state), sort_keys=True)
-        stored = {int(r["index"]): json.dumps(dict(r), sort_keys=True) for r in rounds}
-        with self._lock:
-            self._run_states[run_id] = text
-            self._run_rounds.setdefault(run_id, {}).update(stored)
-
-    def load_run_state(self, run_id: str) -> dict[str, Any] | None:
-        """The run's saved progress with its rounds as ``"history"``, or None."""
-        with self._lock:
-            text = self._run_states.get(run_id)
-            rounds = dict(self._run_rounds.get(run_id, {}))
-        if text is None:
-            return None
-        state = json.loads(text)
-        state["history"] = [json.loads(rounds[i]) for i in sorted(rounds)]
-        return state
-
-    def __repr__(self) -> str:
-        return f"MemoryLedger(artifacts={len(self._records)})"
-
-    def _record(self, artifact_id: str) -> _Record:
-        # Caller holds the lock.
-        _check_artifact_id(artifact_id)
-        try:
-            return self._records[artifact_id]
-        except KeyError:
-            raise _unknown(artifact_id, list(self._records)) from None
-
-    def register(self, artifact_id: str, state: Mapping[str, str], blast_radius: float) -> None:
-        """Create ``artifact_id`` at version 1 with ``state``; a no-op if it already exists.
-
-        Args:
-            artifact_id: a non-empty id.
-            state: the initial flat ``str -> str`` state.
-            blast_radius: in [0, 1]; governance classifies the artifact by it.
-
-        Raises:
-            ContractError: an empty id or a blast radius outside [0, 1] (a ``ValueError``).
-            TypeError: a state key or value that is not a str.
-        """
-        _check_artifact_id(artifact_id)
-        copy = _check_state(artifact_id, state)
-        radius = _check_blast_radius(artifact_id, blast_radius)
-        with self._lock:
-            existing = self._records.get(artifact_id)
-            if existing is not None:
-                _warn_blast_radius_mismatch(artifact_id, existing.blast_radius, radius)
-                return
-            self._records[artifact_id] = _Record(radius, [LedgerEntry(artifact_id, 1, copy, {})])
-
-    def head(self, artifact_id: str) -> tuple[int, dict[str, str]]:
-        """Return ``(version, state)`` of the head; the state is a copy.
-
-        Raises:
-            LedgerError: ``artifact_id`` was never registered.
-        """
-        with self._lock:
-            entry = self._record(artifact_id).entries[-1]
-            return entry.version, dict(entry.state)
-
-    def versions(self) -> dict[str, int]:
-        """Return artifact id -> head version for every registered artifact."""
-        with self._lock:
-            return {aid: rec.entries[-1].version for aid, rec in self._records.items()}
-
-    def commit(
-        self,
-        artifact_id: str,
-        new_state: Mapping[str, str],
-        base_version: int,
-        *,
-        meta: Mapping[str, Any] | None = None,
-    ) -> int:
-        """Append ``new_state`` as ``base_version + 1`` if the head is still ``base_version``.
-
-        Args:
-            artifact_id: a registered artifact.
-            new_state: the full new state (not a diff).
-            base_version: the head version the new state was built on.
-            meta: a small JSON audit record stored with the version.
-
-        Returns:
-            The new head version, ``base_version + 1``.
-
-        Raises:
-            CASConflict: the head is not ``base_version``; nothing was written.
-            LedgerError: ``artifact_id`` was never registered.
-            TypeError: a bad state, base version or meta.
-        """
-        _check_artifact_id(artifact_id)
-        copy = _check_state(artifact_id, new_state, "new_state")
-        base = _check_base_version(artifact_id, base_version)
-        meta_copy = json.loads(_meta_json(artifact_id, meta))
-        with self._lock:
-            record = self._record(artifact_id)
-            head = record.entries[-1].version
-            if head != base:
-                raise CASConflict(artifact_id, base, head)
-            record.entries.append(LedgerEntry(artifact_id, base + 1, copy, meta_copy))
-        logger.debug(
-            "commit %r: version %d -> %d (%d keys)", artifact_id, base, base + 1, len(copy)
-        )
-        return base + 1
-
-    def history(self, artifact_id: str) -> list[LedgerEntry]:
-        """Return every version of the artifact, oldest first, as copies.
-
-        Raises:
-            LedgerError: ``artifact_id`` was never registered.
-        """
-        with self._lock:
-            entries = list(self._record(artifact_id).entries)
-        return [
-            LedgerEntry(e.artifact_id, e.version, dict(e.state), json.loads(json.dumps(e.meta)))
-            for e in entries
-        ]
-
-    def blast_radius(self, artifact_id: str) -> float:
-        """Return the blast radius given to ``register``.
-
-        Raises:
-            LedgerError: ``artifact_id`` was never registered.
-        """
-        with self._lock:
-            return self._record(artifact_id).blast_radius
-
-
-# --------------------------------------------------------------------------- sqlite
 
 
 _CREATE_SCHEMA = (
@@ -473,7 +68,7 @@ _CREATE_SCHEMA = (
 )
 
 
-class SqliteLedger:
+class SqliteLedger(Ledger):
     """A `Ledger` in one SQLite file: the embedded default for persisted runs.
 
     SQLite gives the CAS rule for free across threads *and* processes: a commit runs
@@ -534,17 +129,17 @@ class SqliteLedger:
     ) -> None:
         raw = os.fsdecode(os.fspath(path))
         if raw == ":memory:" or raw == "":
-            raise ContractError(
+            raise InvalidArgument(
                 f"SqliteLedger(path={raw!r}): an in-memory or empty path cannot be shared "
                 "between threads or reopened; use MemoryLedger() for a throwaway run, or "
                 "give a file path"
             )
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ContractError(
+            raise InvalidArgument(
                 f"SqliteLedger(timeout={timeout!r}): expected a positive number of seconds"
             )
         if not isinstance(check_history, bool):
-            raise ContractError(
+            raise InvalidArgument(
                 f"SqliteLedger(check_history={check_history!r}): expected True (check the "
                 "history on open) or False (skip it to salvage a damaged file)"
             )
@@ -1091,3 +686,4 @@ class SqliteLedger:
             if row is None:
                 raise _unknown(artifact_id, self._known_ids(conn))
         return float(row[0])
+

@@ -1,0 +1,169 @@
+"""Time, as one seam: what every deadline, timeout, backoff and wait in the package goes through.
+
+This module owns the `Clock` seam (``now()``, ``sleep()``, and ``wait()`` on a
+condition until it is notified or a deadline passes), the default `MonotonicClock`, and
+the two waits built on it: `wait_futures` (the first of some futures to finish, or a
+deadline) and `Clock.wait_for` (a predicate over shared state, or a deadline). Code that
+waits never polls real time: it waits on a condition that the event it waits for
+notifies, with the deadline read from its clock, so a virtual clock
+(`agentdescent.testing.ManualClock`) can move time for every waiter at once.
+
+It must not import anything of the package but `agentdescent.errors`,
+`agentdescent.seams` and `agentdescent.validation`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Collection
+from typing import Any, ClassVar
+
+from .seams import Seam, adopt
+
+__all__ = ["Clock", "MonotonicClock", "as_clock", "notify_when_done", "wait_futures"]
+
+
+class Clock(Seam):
+    """A source of seconds that never go back, and the waits that follow it.
+
+    Who calls it: the engines (``max_seconds``, ``grace_seconds``, every wait for a call,
+    a worker or a queue), the providers (backoff and ``Retry-After``) and the dataloader
+    (backoff), from any thread. ``now`` is required; ``sleep`` and ``wait`` have defaults
+    that assume the clock's seconds pass like real ones (right for any clock that follows
+    real time, at any offset). A virtual clock overrides both, so that its waiters wake
+    when it moves (see `agentdescent.testing.ManualClock`).
+    """
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("now",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("sleep", "wait", "wait_for")
+
+    def now(self) -> float:
+        """The current reading, in seconds from an arbitrary start."""
+        raise NotImplementedError
+
+    def __call__(self) -> float:
+        """The current reading (a clock is also a plain ``() -> float`` callable)."""
+        return self.now()
+
+    def wait(self, condition: threading.Condition, deadline: float | None) -> None:
+        """Wait on ``condition`` (held by the caller) until it is notified or ``deadline`` passes.
+
+        May return early (a notification, or a spurious wake-up): callers re-check what
+        they wait for, which `wait_for` does. ``deadline`` is a reading of this clock;
+        None waits for a notification only.
+        """
+        if deadline is None:
+            condition.wait()
+        else:
+            condition.wait(max(0.0, deadline - self.now()))
+
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread for ``seconds`` of this clock's time."""
+        end = self.now() + max(0.0, float(seconds))
+        condition = threading.Condition()
+        with condition:
+            while self.now() < end:
+                self.wait(condition, end)
+
+    def wait_for(self, condition: threading.Condition, predicate: Callable[[], bool],
+                 deadline: float | None) -> bool:
+        """Wait on ``condition`` (held by the caller) until ``predicate()`` or ``deadline``.
+
+        Returns:
+            True once ``predicate()`` holds, False when the deadline passed first.
+        """
+        while not predicate():
+            if deadline is not None and self.now() >= deadline:
+                return False
+            self.wait(condition, deadline)
+        return True
+
+
+class MonotonicClock(Clock):
+    """Real time: `time.monotonic`, `time.sleep`, and condition waits with real timeouts."""
+
+    def now(self) -> float:
+        """`time.monotonic`."""
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """`time.sleep`."""
+        if seconds > 0:
+            time.sleep(seconds)
+
+    def __repr__(self) -> str:
+        return "MonotonicClock()"
+
+
+class _CallableClock(Clock):
+    """A plain ``() -> float`` function as a clock (its seconds are taken to pass like real ones)."""
+
+    def __init__(self, fn: Callable[[], float]) -> None:
+        self._fn = fn
+
+    def now(self) -> float:
+        return float(self._fn())
+
+    def __repr__(self) -> str:
+        return f"Clock({self._fn!r})"
+
+
+def as_clock(value: Any, knob: str = "clock") -> Clock:
+    """The `Clock` a ``clock=`` argument names: None is real time; a ``() -> float`` callable is wrapped.
+
+    Raises:
+        InvalidArgumentType: neither a clock (an object with ``now()``) nor a callable.
+    """
+    if value is None:
+        return MonotonicClock()
+    if isinstance(value, Clock):
+        return value
+    if callable(getattr(value, "now", None)):
+        return adopt(value, Clock, knob)
+    if callable(value):
+        return _CallableClock(value)
+    return adopt(value, Clock, knob)  # raises, naming what a clock needs
+
+
+def notify_when_done(futures: Collection[concurrent.futures.Future[Any]], condition: threading.Condition) -> None:
+    """Make each of ``futures`` notify ``condition`` when it finishes (at once, if it already has)."""
+
+    def finished(_: concurrent.futures.Future[Any]) -> None:
+        with condition:
+            condition.notify_all()
+
+    for future in futures:
+        future.add_done_callback(finished)
+
+
+def wait_futures(clock: Clock, futures: Collection[concurrent.futures.Future[Any]],
+                 deadline: float | None, *, condition: threading.Condition | None = None,
+                 stop: Callable[[], bool] | None = None) -> set[concurrent.futures.Future[Any]]:
+    """Wait until one of ``futures`` is done, ``stop()`` holds, or ``deadline`` passes.
+
+    Each future notifies the condition when it finishes, so the wait takes no real time
+    beyond the work itself and a virtual clock's deadline wakes it as soon as the clock
+    moves. ``stop`` lets the caller end the wait on shared state; whoever changes that
+    state must notify ``condition`` (pass the condition it notifies).
+
+    Args:
+        clock: the clock the deadline is read on.
+        futures: what to wait for.
+        deadline: a reading of ``clock``; None waits without a time bound.
+        condition: the condition to wait on (a fresh one if None).
+        stop: an extra wake-up predicate over the caller's state.
+
+    Returns:
+        The futures that are done (empty when the deadline passed or ``stop()`` held first).
+    """
+    cond = condition if condition is not None else threading.Condition()
+    notify_when_done(futures, cond)
+
+    def ready() -> bool:
+        return any(f.done() for f in futures) or (stop is not None and stop())
+
+    with cond:
+        clock.wait_for(cond, ready, deadline)
+    return {f for f in futures if f.done()}

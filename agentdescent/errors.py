@@ -1,0 +1,321 @@
+"""Every error the package raises, in one tree.
+
+This module owns the error classes and nothing else: it imports no other module of the
+package, so every layer can raise from it. Every error the package raises on purpose is
+an `AgentDescentError`; a bad argument is an `InvalidArgument` (also a ``ValueError``),
+or an `InvalidArgumentType` where its *type* is wrong (also a ``TypeError``). Messages
+name the value, the knob, the accepted range and the fix.
+
+The tree::
+
+    AgentDescentError
+    ├── ContractError (ValueError)             the caller broke a contract
+    │   ├── InvalidArgument                    a bad knob or argument value
+    │   │   ├── InvalidArgumentType (TypeError)   ... of the wrong type or shape
+    │   │   └── UsageError                     a bad command-line flag or run-directory file
+    │   ├── RewardContractError                a reward outside [0, 1], or not a number
+    │   └── ProposalContractError (TypeError)  a proposal neither str nor None
+    ├── GovernanceError (ValueError)           a governance rule (a frozen L0 artifact)
+    ├── LedgerError                            the ledger cannot do what was asked
+    │   └── CASConflict                        a compare-and-swap commit lost
+    ├── ProviderError                          a model provider failed (``retryable`` says if
+    │   │                                      a later call can help)
+    │   ├── ProviderAuthError                  401/403, or no key
+    │   ├── ProviderRateLimitError             429 after the provider's own retries
+    │   ├── ProviderBadRequestError            400/404/422: the request cannot succeed
+    │   ├── ProviderResponseError              a 2xx body that is not a valid reply
+    │   ├── ProviderUnavailableError           5xx after retries
+    │   │   ├── ProviderTimeoutError           timeouts after retries
+    │   │   └── ProviderConnectionError        the endpoint cannot be reached
+    │   └── ProviderDependencyError (ImportError)  the provider's SDK is not installed
+    ├── DataLoadError                          a dataset could not be fetched or parsed
+    └── RunError                               a run's own failures (the engines catch them)
+        ├── BackendFailure                     one call failed for good; the run goes on
+        ├── RunFailed                          the run cannot go on (``result.error``)
+        └── RunTimeout                         the hard deadline passed while waiting
+
+It must not import anything from the package, and must not hold any state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AgentDescentError",
+    "BackendFailure",
+    "CASConflict",
+    "ContractError",
+    "DataLoadError",
+    "GovernanceError",
+    "InvalidArgument",
+    "InvalidArgumentType",
+    "LedgerError",
+    "ProposalContractError",
+    "ProviderAuthError",
+    "ProviderBadRequestError",
+    "ProviderConnectionError",
+    "ProviderDependencyError",
+    "ProviderError",
+    "ProviderRateLimitError",
+    "ProviderResponseError",
+    "ProviderTimeoutError",
+    "ProviderUnavailableError",
+    "RewardContractError",
+    "RunError",
+    "RunFailed",
+    "RunTimeout",
+    "UsageError",
+]
+
+
+class AgentDescentError(Exception):
+    """Root of every error the package raises on purpose.
+
+    Catch this to handle anything agentdescent reports; the subclasses say which side is
+    at fault (the caller's contract, the ledger, a provider, governance, the run).
+    """
+
+
+# --------------------------------------------------------------------------- the caller's side
+
+
+class ContractError(AgentDescentError, ValueError):
+    """A caller broke the contract of a public function (a bad value or callable)."""
+
+
+class InvalidArgument(ContractError):
+    """A knob or argument has a bad value: the message names it, the accepted values and the fix.
+
+    Raised before anything runs (an engine validates every knob before it opens a ledger
+    or makes a call). Also a ``ValueError``.
+    """
+
+
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """A knob or argument has the wrong type or shape (a string where a number goes, a bool
+    where an int goes, a callable with the wrong arguments). Also a ``TypeError``."""
+
+
+class UsageError(InvalidArgument):
+    """A bad command-line flag, or a missing or malformed run-directory file: exit code 2."""
+
+
+class RewardContractError(ContractError):
+    """A reward function returned something that is not a finite number in [0, 1]."""
+
+
+class ProposalContractError(ContractError, TypeError):
+    """A proposer returned something that is neither ``str`` nor ``None``."""
+
+
+class GovernanceError(AgentDescentError, ValueError):
+    """An operation would break a governance rule (for example evolving a frozen L0 artifact)."""
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+class LedgerError(AgentDescentError):
+    """The ledger cannot do what was asked: unknown artifact, unreadable file, bad state."""
+
+
+class CASConflict(LedgerError):
+    """A compare-and-swap commit lost: the head moved past the caller's base version.
+
+    Attributes:
+        artifact_id: the artifact whose head moved.
+        base_version: the version the caller built on.
+        head_version: the version the ledger holds now.
+    """
+
+    def __init__(self, artifact_id: str, base_version: int, head_version: int) -> None:
+        self.artifact_id = artifact_id
+        self.base_version = base_version
+        self.head_version = head_version
+        super().__init__(
+            f"compare-and-swap lost on artifact {artifact_id!r}: built on version "
+            f"{base_version}, but the head is now version {head_version}; re-read the head "
+            "and re-apply the diff"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.artifact_id, self.base_version, self.head_version))
+
+
+# --------------------------------------------------------------------------- providers
+
+
+class ProviderError(AgentDescentError):
+    """A model provider failed: authentication, rate limit, bad request or unavailability.
+
+    Every provider error says whether trying the same call again can help, so that the
+    engines never retry what cannot succeed and never multiply the provider's own retries.
+
+    Attributes:
+        retryable: True when the failure is transient (rate limit, 5xx, timeout) and the
+            provider gave up only because its own retry bound ran out: a later call may
+            succeed. False when the same request cannot succeed (rejected key, bad
+            request, unknown model, unreachable endpoint): the engines end the run at once.
+        model: the model the failed call asked for, when known.
+        endpoint: the base URL the call went to (credentials and query stripped), when known.
+        status_code: the HTTP status of the last response, when there was one.
+        attempts: how many requests were sent before giving up, when known.
+        retry_after: seconds the server asked to wait (429/503), when it said.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        model: str | None = None,
+        endpoint: str | None = None,
+        status_code: int | None = None,
+        attempts: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.model = model
+        self.endpoint: str | None = endpoint
+        self.status_code = status_code
+        self.attempts = attempts
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {"model": self.model, "endpoint": self.endpoint, "status_code": self.status_code,
+                  "attempts": self.attempts, "retry_after": self.retry_after}
+        return (_rebuild_provider_error, (type(self), str(self), fields))
+
+
+def _rebuild_provider_error(cls: type[ProviderError], message: str, fields: dict[str, Any]) -> ProviderError:
+    return cls(message, **fields)
+
+
+class ProviderAuthError(ProviderError):
+    """The endpoint rejected the credentials (HTTP 401/403), or no key was configured.
+
+    Never retried (``retryable`` is False): a wrong key does not become right by waiting.
+    """
+
+    retryable = False
+
+
+class ProviderRateLimitError(ProviderError):
+    """HTTP 429 persisted through every retry the provider allows.
+
+    ``retryable`` is True: the engines may try a later call, and the provider itself
+    already honoured ``Retry-After`` and backed off.
+    """
+
+    retryable = True
+
+
+class ProviderBadRequestError(ProviderError):
+    """The endpoint refused the request itself (400, 404, 422: bad model name, bad parameter).
+
+    ``retryable`` is False: the same request fails the same way.
+    """
+
+    retryable = False
+
+
+class ProviderUnavailableError(ProviderError):
+    """The endpoint kept failing on the server side (5xx) through every retry.
+
+    ``retryable`` is True: a later call may succeed once the server recovers.
+    """
+
+    retryable = True
+
+
+class ProviderTimeoutError(ProviderUnavailableError):
+    """Every attempt timed out (the provider's per-request timeout, retried).
+
+    ``retryable`` is True.
+    """
+
+    retryable = True
+
+
+class ProviderConnectionError(ProviderUnavailableError):
+    """The endpoint could not be reached at all (refused, unknown host, unreachable network).
+
+    ``retryable`` is False: after the provider's short connection retries, nothing is
+    listening there, which waiting longer does not fix (a wrong ``base_url`` fails fast).
+    """
+
+    retryable = False
+
+
+class ProviderResponseError(ProviderError):
+    """The endpoint answered 2xx with a body that is not a valid reply (bad JSON, no choices).
+
+    ``retryable`` is False: the endpoint is not speaking the expected API.
+    """
+
+    retryable = False
+
+
+class ProviderDependencyError(ProviderError, ImportError):
+    """A provider's SDK (an optional extra) is not installed.
+
+    Also an `ImportError`, so code that guards optional imports the usual way catches it.
+    ``retryable`` is False.
+    """
+
+    retryable = False
+
+
+# --------------------------------------------------------------------------- data
+
+
+class DataLoadError(AgentDescentError):
+    """A dataset could not be fetched or parsed: the server said no, or sent something unreadable.
+
+    Raised only after the bounded retries are used up (for 429, 5xx and connection
+    errors) or at once (for other HTTP errors and malformed bodies). Nothing is written
+    to the cache when it is raised.
+
+    Attributes:
+        url: the full URL of the request that failed.
+        status: the HTTP status of the last response, or ``None`` when no response came
+            (connection refused, timeout) or the response was 2xx but unreadable.
+    """
+
+    def __init__(self, message: str, url: str | None = None, status: int | None = None) -> None:
+        self.url = url
+        self.status = status
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep url/status across pickling (process pools, dask) - the default drops them.
+        return (type(self), (str(self), self.url, self.status))
+
+
+# --------------------------------------------------------------------------- a run's own
+
+
+class RunError(AgentDescentError):
+    """What a run raises inside itself; the engines catch it and end the run cleanly."""
+
+
+class BackendFailure(RunError):
+    """One backend call (rollout, proposal, self-verify, evaluation) failed for good.
+
+    The run goes on without that call's result; the failure rule (`agentdescent.failures`)
+    says when failures end the run.
+    """
+
+
+class RunFailed(RunError):
+    """The run cannot go on: a failure that retrying cannot fix, or too many in a row.
+
+    The engines catch it and return the result with ``error`` set to its message and
+    every commit already made intact.
+    """
+
+
+class RunTimeout(RunError):
+    """The run's hard deadline (``max_seconds + grace_seconds``) passed while it waited."""

@@ -1,0 +1,618 @@
+"""Where a run's calls run, and the one runner that runs them: executors, travelling calls, retries, deadlines.
+
+This module owns
+
+- the default executor (`DaemonPool`: daemon threads, so a hung call never keeps the
+  process alive);
+- the shape of one expensive call as it travels to a process pool or a Dask cluster
+  (`Call`, a pure function of picklable inputs run by `run_call`, which brings back a
+  `CallResult` with the call's output, reward and recorded tokens), the check that what
+  travels pickles (`check_travel`), and scoring an output under both contracts
+  (`score_output`);
+- `CallRunner`: every backend call of a run goes through it. It runs the call inline on a
+  thread pool or submits it to another executor, applies the failure rule
+  (`agentdescent.failures.judge`) to each failed attempt, counts failures in a row per
+  phase, replays a travelling call's tokens into the run's meters once, and never waits
+  past the run's hard deadline: every wait is on the run's clock, woken by the futures
+  it waits for.
+
+It knows nothing of ledgers, cards or rounds.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import math
+import numbers
+import os
+import pickle
+import queue
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
+
+from .clock import Clock, notify_when_done
+from .counters import Counters
+from .errors import (
+    BackendFailure,
+    ContractError,
+    ProviderError,
+    RewardContractError,
+    RunFailed,
+    RunTimeout,
+)
+from .failures import Verdict, ends_run, judge
+from .types import Task, sanitize_text
+from .usage import Usage, recording, replay_usage, run_meters, usage_phase, worker_scope
+
+__all__ = [
+    "Call",
+    "CallResult",
+    "CallRunner",
+    "DaemonPool",
+    "check_travel",
+    "executor_gave_up",
+    "run_call",
+    "runs_in_process",
+    "score_output",
+]
+
+logger = logging.getLogger("agentdescent.executors")
+
+
+def score_output(reward: Callable[[Task, str], float], task: Task, output: Any) -> float:
+    """The reward of one ``run``/``solve`` output, with both contracts checked (a pure function).
+
+    Raises:
+        ContractError: the output is not a ``str``.
+        RewardContractError: the reward is not a finite number in [0, 1].
+    """
+    if not isinstance(output, str):
+        raise ContractError(
+            f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
+        )
+    return _check_reward(task, reward(task, output))
+
+
+def _check_reward(task: Task, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise RewardContractError(
+            f"reward for task {task.id!r} returned {value!r} ({type(value).__name__}); "
+            "return a float in [0, 1]"
+        )
+    value = float(value)
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise RewardContractError(
+            f"reward for task {task.id!r} returned {value!r}; return a finite float in [0, 1]"
+        )
+    return value
+
+
+# =========================================================================== the call pool
+
+
+class DaemonPool(concurrent.futures.Executor):
+    """A fixed pool of *daemon* threads: the engines' default executor.
+
+    Unlike `concurrent.futures.ThreadPoolExecutor`, whose threads the interpreter joins at
+    exit, a hung call on this pool never keeps the process alive: after Ctrl-C or a time
+    stop the engine returns and the process can exit at once.
+
+    Args:
+        threads: worker threads (started lazily, up to this many).
+        name: thread name prefix.
+    """
+
+    def __init__(self, threads: int, name: str = "agentdescent") -> None:
+        self._threads = threads
+        self._name = name
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._started: list[threading.Thread] = []
+        self._idle = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        """Schedule ``fn(*args, **kwargs)``; returns its future."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("DaemonPool: submit after shutdown")  # the executor protocol's own error
+            self._queue.put((future, fn, args, kwargs))
+            if self._idle == 0 and len(self._started) < self._threads:
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._started)}", daemon=True)
+                self._started.append(thread)
+                thread.start()
+            else:
+                self._idle -= 1 if self._idle else 0
+        return future
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, fn, args, kwargs = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:  # the future carries it to the waiter
+                    future.set_exception(exc)
+            del item, future
+            with self._lock:
+                self._idle += 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop taking work; with ``cancel_futures`` cancel what has not started."""
+        with self._lock:
+            self._closed = True
+            if cancel_futures:
+                while True:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is not None:
+                        item[0].cancel()
+            for _ in self._started:
+                self._queue.put(None)
+        if wait:
+            for thread in self._started:
+                thread.join()
+
+
+# =========================================================================== calls that travel
+
+
+@dataclass(frozen=True)
+class Call:
+    """One expensive call as it travels to an executor: a pure function of picklable inputs.
+
+    ``fn(*args)`` is a rollout, a self-verify or a held-out evaluation (``solve(rendered,
+    task)``, scored with ``reward`` on ``task``) or a proposal (``propose(rendered, task,
+    output, reward)``, not scored). Nothing in it refers to the run: `run_call` can run it in
+    another process or on another machine, and everything the run needs comes back in its
+    `CallResult`.
+
+    Args:
+        fn: the user's callable (``run``/``propose`` or an agent's bound method).
+        args: its positional arguments.
+        phase: where its tokens go (``"rollout"``, ``"proposal"``, ``"self_verify"``,
+            ``"evaluation"``).
+        worker: the worker it runs for (None for an evaluation).
+        reward: the run's reward, to score the output on ``task`` (None: not scored).
+        task: the task to score on.
+        key: unique per submission (set by the engine), so that a cluster that caches
+            results by their inputs (Dask's ``pure=True``) never merges two rollouts.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    phase: str
+    worker: int | None = None
+    reward: Callable[[Task, str], float] | None = None
+    task: Task | None = None
+    key: str = ""
+
+    def __dask_tokenize__(self) -> str:
+        """Dask's task key for this call: its unique ``key`` (no hashing of the callable)."""
+        return self.key
+
+
+@dataclass
+class CallResult:
+    """What a `Call` brings back: its output, its reward, the tokens it recorded, its errors.
+
+    Args:
+        output: what ``fn`` returned (a ``str`` sanitised with `sanitize_text`).
+        reward: the checked reward of the output, when the call is scored.
+        usage: the tokens the call recorded (on any meter, by a provider or by a user
+            callable into the meter it was given), phases kept; None when the call ran in
+            the run's own thread, where they already reached the run's meters.
+        error: what ``fn`` raised (the driver applies the failure rule to it).
+        score_error: what scoring raised (a contract error or the reward's own
+            exception): never retried, as on a thread.
+    """
+
+    output: Any = None
+    reward: float | None = None
+    usage: Usage | None = None
+    error: Exception | None = None
+    score_error: Exception | None = None
+
+
+def run_call(call: Call) -> CallResult:
+    """Run one `Call` where it landed (a pool thread, another process, a Dask worker).
+
+    The call runs under a fresh meter (`agentdescent.model.recording`) that the result
+    carries back, so its tokens are counted once, on the driver. It never raises for the
+    call's own errors: they come back in the result with the tokens spent before them
+    (as on a thread, where those tokens reach the run's meter too). The output is scored
+    outside the meter, as on a thread.
+    """
+    with recording(call.phase, call.worker) as meter:
+        try:
+            out = call.fn(*call.args)
+        except Exception as exc:
+            return CallResult(usage=meter, error=exc)
+    if isinstance(out, str):
+        out = sanitize_text(out)
+    if call.reward is None or call.task is None:
+        return CallResult(out, usage=meter)
+    try:
+        reward = score_output(call.reward, call.task, out)
+    except Exception as exc:
+        return CallResult(out, usage=meter, score_error=exc)
+    return CallResult(out, reward, meter)
+
+
+def runs_in_process(executor: concurrent.futures.Executor) -> bool:
+    """True for the executors whose calls run in this process's threads (nothing is pickled)."""
+    return isinstance(executor, (DaemonPool, concurrent.futures.ThreadPoolExecutor))
+
+
+def check_travel(travelling: Sequence[tuple[str, Any]], tasks: Sequence[Task],
+                 executor: concurrent.futures.Executor) -> None:
+    """Check that what travels to ``executor`` pickles: the named callables and the tasks.
+
+    Called before the first submission to an executor that is not a thread pool, so a
+    lambda or a closure fails here, naming itself, instead of in a worker process.
+
+    Args:
+        travelling: ``(argument name, value)`` of each callable that travels.
+        tasks: the run's tasks.
+        executor: where they would travel.
+
+    Raises:
+        ContractError: something that must travel does not pickle.
+    """
+    where = type(executor).__name__
+    for name, value in travelling:
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            raise ContractError(
+                f"{name}={value!r:.120} cannot travel to the executor ({where}): pickle.dumps "
+                f"fails with {type(exc).__name__}: {exc}. Calls on a process pool or a Dask "
+                f"cluster are pickled: define {name} at module level (not a lambda or a function "
+                "nested in another), bind extra arguments with functools.partial, keep locks "
+                "and open clients out of it, or run on threads (executor=None or a "
+                "ThreadPoolExecutor)"
+            ) from None
+    for task in tasks:
+        try:
+            pickle.dumps(task)
+        except Exception as exc:
+            raise ContractError(
+                f"task {task.id!r} cannot travel to the executor ({where}): pickle.dumps fails "
+                f"with {type(exc).__name__}: {exc}; keep task.meta to plain data"
+            ) from None
+
+
+def executor_gave_up(exc: BaseException) -> bool:
+    """Dask's ``KilledWorker``: the scheduler already re-ran the call on other workers, then gave up."""
+    distributed = sys.modules.get("distributed")  # only an executor of Dask's can raise it
+    return distributed is not None and isinstance(exc, distributed.KilledWorker)
+
+
+
+# =========================================================================== the runner
+
+
+class CallRunner:
+    """Runs a run's backend calls under its failure rule, on its executor, within its hard deadline.
+
+    One per run (built by `agentdescent.runtime.open_run`). Workers call `call` and
+    `solve_and_score` from their threads; the merge calls `score_tasks`; the sync
+    scheduler fans worker steps out with `map`. On a thread pool a call runs inline in
+    the calling (pool) thread, its tokens reaching the run's meters through the thread's
+    `run_meters` scope; on another executor each attempt is submitted there and its
+    tokens come back with it (`replay_usage`). Either way the same rule judges each failed
+    attempt (`agentdescent.failures.judge`): retry, drop (a `BackendFailure`), end the run
+    (a `RunFailed`, the first of which every later call re-raises without calling the
+    backend), or propagate. Every wait is on the run's clock and ends at the hard
+    deadline (a `RunTimeout`) or when `close` is called.
+
+    Args:
+        executor: where calls run.
+        remote: calls travel (the executor is not a thread pool of this process).
+        pool: where worker steps run (`map`): the executor when it is a thread pool,
+            else this process's threads.
+        solve: the run's ``solve(rendered, task)``.
+        reward: the run's reward.
+        meters: the meters every call's tokens land in (the run meter first).
+        counters: the run's counters.
+        clock: the run's clock.
+        deadline: the hard deadline (a reading of ``clock``) or None.
+        call_attempts: attempts of a call that raises something other than a `ProviderError`.
+        failure_limit: dropped calls in a row of one phase that end the run.
+        max_seconds: the run's ``max_seconds``, for the timeout's message.
+        grace_seconds: the run's ``grace_seconds``, for the timeout's message.
+    """
+
+    def __init__(self, *, executor: concurrent.futures.Executor, remote: bool,
+                 pool: concurrent.futures.Executor, solve: Callable[[str, Task], str],
+                 reward: Callable[[Task, str], Any], meters: tuple[Usage, ...], counters: Counters,
+                 clock: Clock, deadline: float | None, call_attempts: int, failure_limit: int,
+                 max_seconds: float | None, grace_seconds: float) -> None:
+        self.executor = executor
+        self.remote = remote
+        self.pool = pool
+        self.solve = solve
+        self.reward = reward
+        self.meters = meters
+        self.counters = counters
+        self.clock = clock
+        self.deadline = deadline
+        self.call_attempts = call_attempts
+        self.failure_limit = failure_limit
+        self.max_seconds = max_seconds
+        self.grace_seconds = grace_seconds
+        #: Notified when a watched call finishes and when the runner closes.
+        self.cond = threading.Condition()
+        self.fatal: RunFailed | None = None
+        self.last_error: BaseException | None = None
+        self.closed = False
+        self._lock = threading.Lock()
+        self._in_a_row: collections.Counter[str] = collections.Counter()
+        self._submissions = 0
+        self._run_key = os.urandom(6).hex()
+
+    # ----------------------------------------------------------------- the calls
+
+    def call(self, fn: Callable[..., Any], *args: Any, what: str, phase: str, worker: int | None = None) -> Any:
+        """One backend call (a proposal) under the failure rule; a returned ``str`` is sanitised.
+
+        Raises:
+            BackendFailure: the call failed for good; the run goes on without it.
+            RunFailed: the run cannot go on.
+            ContractError: the caller's callable broke its contract.
+        """
+        return self._retrying(Call(fn, args, phase, worker), what).output
+
+    def solve_and_score(self, rendered: str, task: Task, *, what: str, phase: str,
+                        worker: int | None = None) -> tuple[str, float]:
+        """Solve ``task`` on ``rendered`` and score the output: a rollout, a self-verify or one evaluation.
+
+        The call is retried under the failure rule; the scoring is not (a reward that
+        raises, or breaks its contract, ends the run wherever it ran).
+
+        Raises:
+            BackendFailure, RunFailed, ContractError: as `call`.
+            RewardContractError: the reward is not a finite number in [0, 1].
+        """
+        result = self._retrying(Call(self.solve, (rendered, task), phase, worker, self.reward, task), what)
+        return result.output, self._reward_of(task, result)
+
+    def score_tasks(self, rendered: str, tasks: Sequence[Task]) -> list[Any]:
+        """Held-out evaluation: the reward of ``rendered`` on each task, in order, within the deadline.
+
+        A slot holds the reward, or the `BackendFailure` of a task that failed for good;
+        the evaluation stops at its first failed task (tasks not yet started are
+        cancelled, their slots None). Every task is one call, run on the pool (inline) or
+        submitted to the executor at once (which bounds how many run).
+
+        Raises:
+            RunTimeout: the hard deadline passed.
+            RunFailed, ContractError, RewardContractError: as `solve_and_score`.
+        """
+        def one(task: Task) -> float:
+            return self.solve_and_score(rendered, task, what=f"evaluation on task {task.id!r}",
+                                        phase="evaluation")[1]
+
+        return self.map(one, tasks, stop_on_failure=True)
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any], *, stop_on_failure: bool = False) -> list[Any]:
+        """``fn`` over ``items`` on the run's pool, results in order, within the deadline.
+
+        A `BackendFailure` raised by ``fn`` comes back as the exception object in its slot;
+        with ``stop_on_failure`` the items not yet started are cancelled (their slots are
+        None). Anything else ``fn`` raises cancels the rest and propagates.
+
+        Raises:
+            RunTimeout: the hard deadline passed (the calls still running are abandoned).
+        """
+        futures = [self.pool.submit(fn, item) for item in items]
+        waker = threading.Condition()
+        notify_when_done(futures, waker)
+        pending = set(futures)
+        try:
+            with waker:
+                while pending:
+                    done = {f for f in pending if f.done()}
+                    if not done:
+                        if self.deadline is not None and self.clock.now() >= self.deadline:
+                            raise self._timeout(len(pending))
+                        self.clock.wait(waker, self.deadline)
+                        continue
+                    pending -= done
+                    for future in done:
+                        exc = None if future.cancelled() else future.exception()
+                        if exc is None:
+                            continue
+                        if not isinstance(exc, BackendFailure):
+                            raise exc
+                        if stop_on_failure:
+                            for other in pending:
+                                other.cancel()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        results: list[Any] = []
+        for future in futures:
+            if future.cancelled():
+                results.append(None)
+            else:
+                exc = future.exception()
+                results.append(exc if exc is not None else future.result())
+        return results
+
+    def score(self, task: Task, output: Any) -> float:
+        """The reward of one ``run``/``solve`` output, with both contracts checked.
+
+        Raises:
+            ContractError: the output is not a ``str``.
+            RewardContractError: the reward is not a finite number in [0, 1].
+        """
+        return score_output(self.reward, task, output)
+
+    def close(self) -> None:
+        """No call may start or wait any more: wake every waiter (their calls' results are dropped)."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    # ----------------------------------------------------------------- the rule
+
+    def _retrying(self, call: Call, what: str) -> CallResult:
+        """``call`` under the failure rule: attempt, judge each failure, retry or give up."""
+        attempt = 0
+        while True:
+            if self.fatal is not None:  # the run is ending: send nothing more to the backend
+                raise self.fatal
+            attempt += 1
+            try:
+                result = self._once(call)
+            except Exception as exc:
+                self._judge(exc, attempt, what, call.phase)  # returns only to retry
+                continue
+            with self._lock:
+                self._in_a_row[call.phase] = 0
+            return result
+
+    def _once(self, call: Call) -> CallResult:
+        """One attempt: inline on a thread pool, else submitted to the executor and awaited."""
+        if self.remote:
+            return self._collect(self._await(self._submit(call)))
+        with usage_phase(call.phase), worker_scope(call.worker), run_meters(*self.meters):
+            out = call.fn(*call.args)
+        return CallResult(sanitize_text(out) if isinstance(out, str) else out)
+
+    def _reward_of(self, task: Task, result: CallResult) -> float:
+        """The scored reward: computed here on a thread pool, brought back by the call otherwise."""
+        if not self.remote:
+            return self.score(task, result.output)
+        if result.score_error is not None:
+            raise result.score_error
+        assert result.reward is not None
+        return result.reward
+
+    def _judge(self, exc: Exception, attempt: int, what: str, phase: str) -> None:
+        """Apply `agentdescent.failures.judge` to one failed attempt: return to retry it, or raise.
+
+        Raises:
+            BackendFailure: the call failed for good.
+            RunFailed: the run cannot go on.
+            ContractError, GovernanceError, RunTimeout: as raised.
+        """
+        verdict = judge(exc, attempt, self.call_attempts, rerun_by_executor=executor_gave_up(exc))
+        if verdict is Verdict.PROPAGATE:
+            raise exc
+        if verdict is Verdict.END_RUN:
+            self.counters.add("backend_failures")
+            self.last_error = exc
+            raise self._fail_run(
+                f"{what} failed with {type(exc).__name__}, which retrying cannot fix: {exc}"
+            ) from None
+        if verdict is Verdict.RETRY:
+            self.counters.add("backend_errors")
+            logger.warning("%s failed (attempt %d/%d): %s: %s; retrying", what, attempt,
+                           self.call_attempts, type(exc).__name__, exc)
+            return
+        if not _already_retried(exc):
+            self.counters.add("backend_errors")
+        self._dropped(what, phase, exc)
+
+    def _dropped(self, what: str, phase: str, exc: BaseException) -> NoReturn:
+        self.counters.add("backend_failures")
+        self.last_error = exc
+        with self._lock:
+            self._in_a_row[phase] += 1
+            in_a_row = self._in_a_row[phase]
+        cause = f"{type(exc).__name__}: {exc}"
+        if ends_run(in_a_row, self.failure_limit):
+            raise self._fail_run(
+                f"{in_a_row} {phase} call(s) in a row failed (failure_limit="
+                f"{self.failure_limit}); last: {what}: {cause}"
+            ) from None
+        logger.warning("%s failed for good (%d %s failure(s) in a row): %s", what, in_a_row, phase, cause)
+        raise BackendFailure(f"{what} failed; last error: {cause}") from None
+
+    def _fail_run(self, message: str) -> RunFailed:
+        """The run's one `RunFailed`: the first one wins, later calls re-raise it without calling."""
+        with self._lock:
+            if self.fatal is None:
+                self.fatal = RunFailed(message)
+            return self.fatal
+
+    def _timeout(self, running: int) -> RunTimeout:
+        limit = "?" if self.max_seconds is None else f"{self.max_seconds:g}"
+        return RunTimeout(
+            f"the run's time bound (max_seconds={limit} + grace_seconds={self.grace_seconds:g}) "
+            f"passed with {running} call(s) still running"
+        )
+
+    # ----------------------------------------------------------------- another executor
+
+    def _submit(self, call: Call) -> concurrent.futures.Future[Any]:
+        """Submit one attempt of ``call`` to the executor (each attempt with its own key)."""
+        if self.fatal is not None:
+            raise self.fatal
+        with self._lock:
+            self._submissions += 1
+            key = f"agentdescent-{self._run_key}-{self._submissions}"
+        try:
+            return self.executor.submit(run_call, replace(call, key=key))
+        except Exception as exc:
+            raise self._executor_lost(exc, "refused a call") from None
+
+    def _await(self, future: concurrent.futures.Future[Any]) -> concurrent.futures.Future[Any]:
+        """Wait for one submitted call; once the runner has closed, cancel it and leave."""
+        notify_when_done((future,), self.cond)
+        with self.cond:
+            self.clock.wait_for(self.cond, lambda: future.done() or self.closed, None)
+        if not future.done():
+            future.cancel()
+            raise RunTimeout("the run ended while this call was running; its result is dropped")
+        return future
+
+    def _collect(self, future: concurrent.futures.Future[Any]) -> CallResult:
+        """A finished call's result; its tokens land in the run's meters (once) before anything else.
+
+        Raises:
+            RunFailed: the executor lost the call (a broken pool, a closed client).
+            Exception: what the call raised, for the failure rule.
+        """
+        try:
+            result: CallResult = future.result()
+        except concurrent.futures.CancelledError as exc:  # we cancel only what we no longer wait for
+            raise self._executor_lost(exc, "cancelled a call it had accepted (a closed Dask client, "
+                                           "or an executor shut down mid-run)") from None
+        except concurrent.futures.BrokenExecutor as exc:
+            raise self._executor_lost(exc, "broke: a worker process died mid-call, and a broken pool "
+                                           "takes no more calls (Dask reschedules a dead worker's "
+                                           "call instead)") from None
+        with run_meters(*self.meters):
+            replay_usage(result.usage)
+        if result.error is not None:
+            raise result.error
+        return result
+
+    def _executor_lost(self, exc: BaseException, what: str) -> RunFailed:
+        self.counters.add("backend_failures")
+        self.last_error = exc
+        return self._fail_run(
+            f"the executor ({type(self.executor).__name__}) {what} [{type(exc).__name__}: {exc}]; "
+            "the run cannot go on: everything committed stays in the ledger, so a new run on the "
+            "same ledger resumes from it"
+        )
+
+
+def _already_retried(exc: BaseException) -> bool:
+    """A `ProviderError` (the provider retried it) or Dask's ``KilledWorker`` (the cluster did)."""
+    return isinstance(exc, ProviderError) or executor_gave_up(exc)

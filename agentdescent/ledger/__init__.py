@@ -1,0 +1,16 @@
+"""The versioned store of artifact states: the `Ledger` seam and its two implementations.
+
+`Ledger` (the contract: version numbering, compare-and-swap commits, and the optional
+run-state pair a run resumes from) is in `agentdescent.ledger.base`; `MemoryLedger` (for
+tests and throwaway runs) in `agentdescent.ledger.memory`; `SqliteLedger` (the embedded
+default for persisted runs) in `agentdescent.ledger.sqlite`. `CASConflict` is importable
+from here too (SPEC §3).
+"""
+
+from __future__ import annotations
+
+from .base import SCHEMA, CASConflict, Ledger, LedgerEntry
+from .memory import MemoryLedger
+from .sqlite import SqliteLedger
+
+__all__ = ["SCHEMA", "CASConflict", "Ledger", "LedgerEntry", "MemoryLedger", "SqliteLedger"]

@@ -1,0 +1,194 @@
+"""A run's saved progress: what is saved after every round, how a run resumes from it, and the one reader.
+
+This module owns the format of a run's progress in its ledger (``agentdescent-run-state/1``:
+one JSON object per run, keyed by the artifact id, and the rounds stored apart so a save
+writes only what is new), `ProgressStore` (saving it after every round, and loading it
+when a run opens), `capture`/`restore` (what of a run's parts goes in and comes back),
+and `read_progress`: the one public reader of saved progress, which the command line uses
+instead of reaching into the format.
+
+What is saved: every `agentdescent.result.RoundInfo`, the run meter, the first and last
+held-out rewards, the stop rules' best and patience count, the task walk, the governor's
+and the allocator's learned state, the counters, the evidence pool, the advantage
+groups, and the head's per-task held-out scores (so a resumed run does not pay to
+evaluate its head again). It must not decide anything about the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .errors import LedgerError
+from .ledger import Ledger
+from .result import RoundInfo
+from .usage import Usage
+
+__all__ = ["RUN_STATE_FORMAT", "ProgressStore", "SavedProgress", "capture", "read_progress", "restore"]
+
+#: The format marker of a run's saved progress.
+RUN_STATE_FORMAT = "agentdescent-run-state/1"
+
+
+@dataclass
+class SavedProgress:
+    """A run's progress as its ledger holds it (what `read_progress` returns).
+
+    Args:
+        rounds: every round recorded, in order.
+        usage: the run meter's counts at the last save.
+        initial_reward: the starting head's held-out reward.
+        last_reward: the head's held-out reward at the last save.
+        head_version: the head version the saved scores belong to.
+        state: everything else the run saved (its parts' own state, by name).
+    """
+
+    rounds: list[RoundInfo]
+    usage: Usage
+    initial_reward: float | None
+    last_reward: float | None
+    head_version: int | None
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the run has spent."""
+        return self.usage.total_tokens
+
+    @property
+    def commits(self) -> int:
+        """Commits over the saved rounds."""
+        return sum(r.committed for r in self.rounds)
+
+
+def _parse(saved: Mapping[str, Any], run_id: str) -> SavedProgress:
+    try:
+        head = saved.get("head") or {}
+        return SavedProgress(
+            rounds=[RoundInfo.from_json(h) for h in saved["history"]],
+            usage=Usage.from_json(saved["usage"]),
+            initial_reward=saved.get("initial_reward"),
+            last_reward=saved.get("last_reward"),
+            head_version=head.get("version"),
+            state=dict(saved),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LedgerError(
+            f"the saved progress of run {run_id!r} is damaged ({type(exc).__name__}: {exc}); "
+            "start the run over with resume=False, or restore the ledger from a backup"
+        ) from None
+
+
+def read_progress(ledger: Ledger, run_id: str) -> SavedProgress | None:
+    """The progress a run saved in ``ledger`` (its id is the artifact id), or None if none.
+
+    Raises:
+        LedgerError: the saved progress is damaged or of an unknown format.
+    """
+    saved = ledger.load_run_state(run_id)
+    if saved is None:
+        return None
+    if saved.get("format") != RUN_STATE_FORMAT:
+        raise LedgerError(
+            f"the saved progress of run {run_id!r} has format {saved.get('format')!r}, not "
+            f"{RUN_STATE_FORMAT!r}: it was written by another version; start over with resume=False"
+        )
+    return _parse(saved, run_id)
+
+
+class ProgressStore:
+    """Saves one run's progress in its ledger after every round, writing only what is new.
+
+    Args:
+        ledger: the run's ledger (one without the run-state pair keeps nothing).
+        run_id: the run's id (the artifact id).
+        enabled: False for a run nothing could resume (its own in-memory ledger).
+    """
+
+    def __init__(self, ledger: Ledger, run_id: str, enabled: bool) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+        self.enabled = enabled
+        self._rounds_saved = 0
+
+    def load(self) -> SavedProgress | None:
+        """The run's saved progress, or None (nothing saved, or saving is off)."""
+        if not self.enabled:
+            return None
+        saved = read_progress(self.ledger, self.run_id)
+        if saved is not None:
+            self._rounds_saved = len(saved.rounds)
+        return saved
+
+    def save(self, state: Mapping[str, Any], history: list[RoundInfo]) -> None:
+        """Save ``state`` and the rounds of ``history`` not saved yet (and the last saved one again:
+        the run's end adds the tokens of work abandoned at the stop to the last round)."""
+        if not self.enabled:
+            return
+        new_rounds = [h.to_json() for h in history[max(0, self._rounds_saved - 1):]]
+        self.ledger.save_run_state(self.run_id, {"format": RUN_STATE_FORMAT, **state}, new_rounds)
+        self._rounds_saved = len(history)
+
+
+class RunParts(Protocol):
+    """What of a run `capture` saves and `restore` puts back (the run's environment provides it)."""
+
+    usage: Usage
+    initial_reward: float | None
+    last_reward: float | None
+    stops: Any
+    cycle: Any
+    governor: Any
+    allocator: Any
+    counters: Any
+    aggregator: Any
+    groups: Any
+    artifact_id: str
+    held_out: list[Any]
+
+
+def capture(run: RunParts, head_version: int) -> dict[str, Any]:
+    """The JSON-ready state of ``run``'s parts (everything but the rounds)."""
+    return {
+        "usage": run.usage.to_json(),
+        "initial_reward": run.initial_reward,
+        "last_reward": run.last_reward,
+        "stop": run.stops.state_dict(),
+        "cycle": run.cycle.state_dict(),
+        "governor": run.governor.state_dict(),
+        "allocator": run.allocator.state_dict() if run.allocator is not None else None,
+        "counters": run.counters.as_dict(),
+        "merge_counters": dict(run.aggregator.counters),
+        "eta_histogram": {str(k): v for k, v in run.aggregator.eta_histogram.items()},
+        "pool": run.aggregator.pool_state(),
+        "groups": run.groups.state_dict(),
+        "head": {"version": head_version, "held_out": [t.id for t in run.held_out],
+                 "scores": run.aggregator.cached_head_scores(run.artifact_id, head_version)},
+    }
+
+
+def restore(run: RunParts, saved: SavedProgress, tasks: Mapping[str, Any], head_version: int) -> list[float] | None:
+    """Put ``saved`` back into ``run``'s parts; return the head's saved held-out scores if still valid.
+
+    The scores come back only when they belong to the current head version and the same
+    held-out tasks (the caller seeds the caches with them).
+    """
+    state = saved.state
+    run.counters.update(state.get("counters", {}))
+    run.aggregator.counters.update(state.get("merge_counters", {}))
+    run.aggregator.eta_histogram.update({int(k): int(v) for k, v in state.get("eta_histogram", {}).items()})
+    run.aggregator.restore_pool(state.get("pool", []), tasks)
+    run.groups.load_state_dict(state.get("groups", {}))
+    run.initial_reward, run.last_reward = saved.initial_reward, saved.last_reward
+    run.stops.load_state_dict(state.get("stop") or {})
+    if state.get("cycle"):
+        run.cycle.load_state_dict(state["cycle"])
+    run.governor.load_state_dict(state.get("governor") or {})
+    if run.allocator is not None and state.get("allocator") is not None:
+        run.allocator.load_state_dict(state["allocator"])
+    head = state.get("head") or {}
+    if (head.get("scores") is not None and head.get("version") == head_version
+            and head.get("held_out") == [t.id for t in run.held_out]):
+        return [float(s) for s in head["scores"]]
+    return None

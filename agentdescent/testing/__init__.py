@@ -1,0 +1,21 @@
+"""Test doubles, simulators and conformance suites users can build their own tests on.
+
+- `FakeProvider` (a handler-backed `agentdescent.model.Provider`, like httpx's
+  ``MockTransport``) and `ManualClock` (virtual time that jumps by itself on request):
+  `agentdescent.testing.fakes`.
+- `CachingProviderSim` (a provider priced like a prefix cache) and `SimCall`:
+  `agentdescent.testing.simulators`.
+- One conformance suite per seam (`LedgerConformance`, ...): `agentdescent.testing.conformance`.
+
+Nothing here is used by the engines themselves, nothing here opens a network connection,
+and nothing here imports pytest: the suites raise ``AssertionError``, so the package
+imports without the dev extras.
+"""
+
+from __future__ import annotations
+
+from .conformance import LedgerConformance
+from .fakes import FakeProvider, ManualClock
+from .simulators import CachingProviderSim, SimCall
+
+__all__ = ["CachingProviderSim", "FakeProvider", "LedgerConformance", "ManualClock", "SimCall"]

@@ -1,0 +1,213 @@
+"""The worker step: walk the train tasks, roll one out on a snapshot, propose, build the evidence card.
+
+This module owns what one worker does between two looks at the ledger, the same in both
+engines: `TaskCycle` (the seeded walk over the train tasks), `rollout_step` (solve and
+score one task on the worker's snapshot), `card_step` (after an unsolved rollout:
+propose -> ``strategy.to_diff`` -> ``governor.candidate_worth`` -> optional self-verify
+-> `agentdescent.types.EvidenceCard`), and `GroupTracker` (the group-relative advantage
+a card carries). It must not commit, merge, or wait for other workers: the schedulers
+decide when steps run, the aggregator what becomes of their cards.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .allocator import pre_spend_context
+from .budget import BudgetGovernor
+from .counters import Counters
+from .errors import ProposalContractError
+from .executors import CallRunner
+from .strategies import Strategy
+from .types import EvidenceCard, Task, stable_hash
+from .usage import thread_tokens
+
+__all__ = ["GroupTracker", "Rollout", "TaskCycle", "WorkerContext", "card_step", "rollout_step"]
+
+
+class GroupTracker:
+    """Rewards per base version: the group-relative advantage, one rule for both runtimes.
+
+    The advantage of a rollout is the z-score of its reward among every reward finished so
+    far on the same base version (itself included); 0.0 while the group has fewer than two
+    or no spread. The sync runtime adds a whole round before asking, so a round's rollouts
+    on one version form one group; the async runtime asks as each rollout finishes, so the
+    first rollout on a version scores 0.0. Each group keeps its last ``keep`` rewards.
+    """
+
+    def __init__(self, keep: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._groups: dict[int, collections.deque[float]] = {}
+        self._keep = keep
+
+    def add(self, version: int, reward: float) -> None:
+        """Record one finished rollout's reward."""
+        with self._lock:
+            self._groups.setdefault(version, collections.deque(maxlen=self._keep)).append(reward)
+
+    def state_dict(self, versions: int = 8) -> dict[str, list[float]]:
+        """The groups of the newest ``versions`` versions, JSON-ready (older ones are done)."""
+        with self._lock:
+            keep = sorted(self._groups)[-versions:]
+            return {str(v): list(self._groups[v]) for v in keep}
+
+    def load_state_dict(self, state: Mapping[str, Sequence[float]]) -> None:
+        """Put back a `state_dict`."""
+        with self._lock:
+            for v, rewards in state.items():
+                self._groups[int(v)] = collections.deque((float(r) for r in rewards), maxlen=self._keep)
+
+    def advantage(self, version: int, reward: float) -> float:
+        """``(reward - mean) / std`` over the version's group; 0.0 when it has no spread."""
+        with self._lock:
+            group = list(self._groups.get(version, ()))
+        if len(group) < 2:
+            return 0.0
+        mean = sum(group) / len(group)
+        std = math.sqrt(sum((g - mean) ** 2 for g in group) / len(group))
+        return 0.0 if std == 0.0 else (reward - mean) / std
+
+
+class TaskCycle:
+    """A seeded, endless walk over the train tasks: every task once per epoch, new order each epoch."""
+
+    def __init__(self, train: Sequence[Task], seed: int) -> None:
+        self._train = list(train)
+        self._rng = random.Random(stable_hash(seed, "task-order"))
+        self._order: list[Task] = []
+        self._lock = threading.Lock()
+
+    def next(self) -> Task:
+        """The next task."""
+        with self._lock:
+            if not self._order:
+                self._order = list(self._train)
+                self._rng.shuffle(self._order)
+            return self._order.pop()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the walk stands (the RNG's state and the epoch's tasks still to come), JSON-ready."""
+        with self._lock:
+            version, internal, gauss = self._rng.getstate()
+            return {"rng": [version, list(internal), gauss], "order": [t.id for t in self._order]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on from a saved `state_dict` (tasks no longer in the train set are skipped)."""
+        by_id = {t.id: t for t in self._train}
+        with self._lock:
+            version, internal, gauss = state["rng"]
+            self._rng.setstate((version, tuple(internal), gauss))
+            self._order = [by_id[i] for i in state["order"] if i in by_id]
+
+
+class WorkerContext(Protocol):
+    """What a worker step reads of its run (the run's environment provides it)."""
+
+    artifact_id: str
+    blast_radius: float
+    strategy: Strategy
+    runner: CallRunner
+    propose: Callable[..., str | None]
+    governor: BudgetGovernor
+    groups: GroupTracker
+    counters: Counters
+    self_verify: bool
+
+
+@dataclass
+class Rollout:
+    """One finished rollout of a worker on its snapshot."""
+
+    worker_id: int
+    task: Task
+    version: int
+    state: dict[str, str]
+    rendered: str
+    output: str
+    reward: float
+    tokens: int = 0
+
+
+def rollout_step(env: WorkerContext, worker_id: int, task: Task, version: int, state: Mapping[str, str]) -> Rollout:
+    """Roll ``task`` out on the worker's snapshot and record its reward in the version's group.
+
+    Raises:
+        BackendFailure: the rollout failed for good.
+    """
+    rendered = env.strategy.render(state)
+    tokens_before = thread_tokens()
+    output, reward = env.runner.solve_and_score(
+        rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}", phase="rollout", worker=worker_id)
+    env.counters.add("rollouts")
+    env.groups.add(version, reward)
+    tokens = thread_tokens() - tokens_before
+    env.counters.add("step_tokens", tokens)
+    return Rollout(worker_id, task, version, dict(state), rendered, output, reward, tokens)
+
+
+def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
+    """Propose after an unsolved rollout and build its evidence card.
+
+    The advantage is read from the run's `GroupTracker` now. The budget governor is asked
+    once, from the card's pre-spend features, whether the candidate is worth its optional
+    spend (``card.allocated``): its self-verify rollout (re-run the task on the patched
+    artifact, when ``self_verify`` is on) and its held-out evaluation at the merge. A
+    skipped self-verify records ``before_after_delta = 0.0``; the card still goes to the
+    merge, where a candidate with no allocated card is not evaluated (so not committed).
+
+    Raises:
+        BackendFailure: the proposal or the self-verify failed for good.
+        ProposalContractError: the proposer returned neither ``str`` nor ``None``.
+    """
+    if rollout.reward >= 1.0:
+        return None
+    task = rollout.task
+    advantage = env.groups.advantage(rollout.version, rollout.reward)
+    tokens_before = thread_tokens()
+    try:
+        proposal = env.runner.call(
+            env.propose, rollout.rendered, task, rollout.output, rollout.reward,
+            what=f"worker {rollout.worker_id} proposal for task {task.id!r}", phase="proposal",
+            worker=rollout.worker_id)
+        env.counters.add("proposals")
+        if proposal is not None and not isinstance(proposal, str):
+            raise ProposalContractError(
+                f"propose returned {type(proposal).__name__} for task {task.id!r}; "
+                "return a str (one change) or None (no change)"
+            )
+        if proposal is None:
+            return None
+        diff = env.strategy.to_diff(rollout.state, proposal, f"worker-{rollout.worker_id}", rollout.version,
+                                    env.artifact_id)
+        if diff is None:
+            return None
+        card = EvidenceCard(diff, {env.artifact_id: rollout.version}, None, advantage, [task])
+        card.allocated = env.governor.candidate_worth(pre_spend_context(card, env.blast_radius))
+        if not card.allocated:
+            env.counters.add("not_allocated")
+        if env.self_verify:
+            if card.allocated:
+                patched = env.strategy.render(diff.apply(rollout.state))
+                _, verified = env.runner.solve_and_score(
+                    patched, task, what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",
+                    phase="self_verify", worker=rollout.worker_id,
+                )
+                card.before_after_delta = verified - rollout.reward
+                card.self_verified = True
+                env.counters.add("self_verify_rollouts")
+            else:
+                card.before_after_delta = 0.0
+                env.counters.add("self_verify_skipped")
+    finally:
+        spent = thread_tokens() - tokens_before
+        env.counters.add("step_tokens", spent)
+    card.cost_tokens = rollout.tokens + spent
+    env.counters.add("cards")
+    env.counters.add("card_tokens", card.cost_tokens)
+    return card
