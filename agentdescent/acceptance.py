@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import InvalidArgument
+
 __all__ = [
     "AcceptanceDecision",
     "BetaPosterior",
@@ -59,9 +61,9 @@ class BetaPosterior:
         for name in ("successes", "failures", "prior"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
-                raise ValueError(f"BetaPosterior {name}={value!r}: use a finite number >= 0")
+                raise InvalidArgument(f"BetaPosterior {name}={value!r}: use a finite number >= 0")
         if self.prior <= 0:
-            raise ValueError(f"BetaPosterior prior={self.prior!r}: use a number > 0")
+            raise InvalidArgument(f"BetaPosterior prior={self.prior!r}: use a number > 0")
 
     @classmethod
     def from_scores(cls, scores: Sequence[float], prior: float = 1.0) -> BetaPosterior:
@@ -112,7 +114,7 @@ def delta_for_version(version: int, base_delta: float = 0.5) -> float:
     candidate slightly more likely better than not, a mature one needs strong evidence.
     """
     if version < 1:
-        raise ValueError(f"version={version!r}: versions start at 1")
+        raise InvalidArgument(f"version={version!r}: versions start at 1")
     return max(0.01, base_delta * 0.5 ** (version / 64))
 
 
@@ -195,12 +197,12 @@ def decide_acceptance(
         ValueError: the score lists differ in length or are empty.
     """
     if len(candidate_scores) != len(head_scores):
-        raise ValueError(
+        raise InvalidArgument(
             f"candidate has {len(candidate_scores)} held-out scores but the head has "
             f"{len(head_scores)}: score both on the same held-out tasks"
         )
     if not head_scores:
-        raise ValueError("no held-out scores: acceptance needs a non-empty held-out set")
+        raise InvalidArgument("no held-out scores: acceptance needs a non-empty held-out set")
     cand = BetaPosterior.from_scores(candidate_scores)
     head = BetaPosterior.from_scores(head_scores)
     w = tie_break_weight(self_verify_delta) if self_verify_counts else 0.0
@@ -379,9 +381,9 @@ def sequential_verdict(
     """
     n = len(head_scores)
     if not 0.0 <= futility < 1.0:
-        raise ValueError(f"futility={futility!r}: use an error budget in [0, 1)")
+        raise InvalidArgument(f"futility={futility!r}: use an error budget in [0, 1)")
     if any(not 0 <= i < n for i in observed):
-        raise ValueError(f"observed holds an index outside the {n} held-out task(s)")
+        raise InvalidArgument(f"observed holds an index outside the {n} held-out task(s)")
     head = np.clip(np.asarray(head_scores, dtype=float), 0.0, 1.0)
     if len(observed) == n:
         cand = [observed[i] for i in range(n)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from .errors import InvalidArgument
 from .strategies import same_value
 from .types import Diff, EvidenceCard, stable_hash
 
@@ -110,7 +111,7 @@ def union_diff(diffs: Sequence[Diff], target: str) -> Diff:
     for d in diffs:
         for k, v in d.ops.items():
             if k in ops and not same_value(k, ops[k], v):
-                raise ValueError(
+                raise InvalidArgument(
                     f"cannot fuse: diffs write key {k!r} with different values; "
                     "run resolve_conflicts() first"
                 )

@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentdescent import stable_hash
 from agentdescent.context import (
     DEFAULT_FORK_MIN_SPAN_RATIO,
     MEASURED_RATE_CARD,
@@ -35,7 +36,6 @@ from agentdescent.context import (
     HeuristicTokenCounter,
 )
 from agentdescent.testing import CachingProviderSim, ManualClock
-from agentdescent import stable_hash
 
 MODES = ("standalone", "fork", "auto")
 BUCKETS = ((0.0, 0.10), (0.10, 0.15), (0.15, 0.22), (0.22, 0.30), (0.30, 1.01))

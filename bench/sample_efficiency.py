@@ -72,9 +72,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agentdescent import Aggregator, AggregatorConfig, MemoryLedger, Usage, evolve  # noqa: E402
+from agentdescent.config import Split  # noqa: E402
 from agentdescent.domains.router import KEYWORDS, RouterDomain, make_tasks, parse_rules  # noqa: E402
 from agentdescent.domains.valuesim import ValueSim  # noqa: E402
-from agentdescent.config import Split  # noqa: E402
 
 __all__ = ["ARMS", "WORKLOADS", "Instance", "RunRow", "main", "run_bench", "run_one"]
 

@@ -20,10 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentdescent import ContractError
+from agentdescent import ContractError, tokens
 from agentdescent import context as ctx
-from agentdescent import tokens
-from agentdescent.tokens import as_token_counter, estimate_tokens
 from agentdescent.context import (
     DEFAULT_FORK_MIN_SPAN_RATIO,
     MEASURED_CACHE_HIT_FRACTION,
@@ -37,6 +35,7 @@ from agentdescent.context import (
     mount,
 )
 from agentdescent.testing import CachingProviderSim, FakeProvider, ManualClock
+from agentdescent.tokens import as_token_counter, estimate_tokens
 
 #: One token per word (the helpers below build texts of known word counts), with the
 #: default framing overhead: the compaction tests count in words.

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from agentdescent import dataloader
+from agentdescent.clock import MonotonicClock
 from agentdescent.dataloader import (
     DataLoadError,
     cache_root,
@@ -29,7 +30,6 @@ from agentdescent.dataloader import (
     hf_rows_modelscope,
     normalize_hotpotqa_row,
 )
-from agentdescent.clock import MonotonicClock
 from agentdescent.errors import AgentDescentError
 
 # --------------------------------------------------------------------------- the server

@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from agentdescent.errors import LedgerError
 from agentdescent.ledger import (
     SCHEMA,
     CASConflict,
@@ -36,7 +37,6 @@ from agentdescent.ledger import (
     SqliteLedger,
 )
 from agentdescent.testing import LedgerConformance
-from agentdescent.errors import LedgerError
 
 SPAWN = multiprocessing.get_context("spawn")
 JOIN_TIMEOUT = 60.0

@@ -17,6 +17,7 @@ import traceback
 import httpx2
 import pytest
 
+from agentdescent.errors import ProviderError
 from agentdescent.providers import (
     ProviderAuthError,
     ProviderBadRequestError,
@@ -30,7 +31,6 @@ from agentdescent.providers import (
     from_callable,
     openai_compatible,
 )
-from agentdescent.errors import ProviderError
 from tests.llm_server import LLMServer, anthropic_body, openai_body
 from tests.test_providers import KEY, USER, VirtualClock, free_port, leaked_fragments
 

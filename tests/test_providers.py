@@ -19,7 +19,6 @@ from agentdescent import ProviderError
 from agentdescent._http import parse_retry_after
 from agentdescent.agents import Completion, Usage
 from agentdescent.clock import Clock
-from agentdescent.providers.sdk import _Redactor
 from agentdescent.providers import (
     AnthropicProvider,
     OpenAICompatibleProvider,
@@ -35,6 +34,7 @@ from agentdescent.providers import (
     from_callable,
     openai_compatible,
 )
+from agentdescent.providers.sdk import _Redactor
 from tests.llm_server import LLMServer, anthropic_body, openai_body
 
 KEY = "sk-TESTKEY-q7Zx9Lp2Wm4Rv8Ty6Nb3Hc5J"

@@ -27,8 +27,8 @@ from agentdescent import (
     async_evolve,
     evolve,
 )
-from agentdescent.usage import recording, replay_usage, run_meters, thread_tokens, usage_phase
 from agentdescent.testing import FakeProvider
+from agentdescent.usage import recording, replay_usage, run_meters, thread_tokens, usage_phase
 
 from . import scale_out_helpers as helpers
 from .toy import echo_run, replayable, toy_propose, toy_reward, toy_tasks

@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Mapping
 
-from ..errors import RewardContractError
+from ..errors import InvalidArgument, RewardContractError
 from ..strategies import KeyedRules
 from ..tokens import estimate_tokens
 from ..types import Task, stable_hash
@@ -77,7 +77,7 @@ def make_tasks(texts_per_keyword: int = 12) -> list[Task]:
         texts_per_keyword: texts generated per keyword (at most 12 distinct openers).
     """
     if not 1 <= texts_per_keyword <= len(_OPENERS):
-        raise ValueError(
+        raise InvalidArgument(
             f"texts_per_keyword={texts_per_keyword!r}: use 1..{len(_OPENERS)}"
         )
     out = []
@@ -132,9 +132,9 @@ class RouterDomain:
     ) -> None:
         for name, value in (("noise", noise), ("silence", silence)):
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value!r}: use a probability in [0, 1]")
+                raise InvalidArgument(f"{name}={value!r}: use a probability in [0, 1]")
         if latency < 0 or latency_sigma < 0:
-            raise ValueError(f"latency={latency!r}, latency_sigma={latency_sigma!r}: use values >= 0")
+            raise InvalidArgument(f"latency={latency!r}, latency_sigma={latency_sigma!r}: use values >= 0")
         self.seed = seed
         self.noise = noise
         self.silence = silence

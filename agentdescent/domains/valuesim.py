@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from ..errors import InvalidArgument
 from ..strategies import AppendRules
 from ..tokens import estimate_tokens
 from ..types import Task, stable_hash
@@ -67,9 +68,9 @@ class ValueSim:
         usage: Usage | None = None,
     ) -> None:
         if n_skills < 2 or tasks_per_skill < 2:
-            raise ValueError(f"n_skills={n_skills!r}, tasks_per_skill={tasks_per_skill!r}: use >= 2 each")
+            raise InvalidArgument(f"n_skills={n_skills!r}, tasks_per_skill={tasks_per_skill!r}: use >= 2 each")
         if not 0.0 <= noise <= 1.0:
-            raise ValueError(f"noise={noise!r}: use a value in [0, 1]")
+            raise InvalidArgument(f"noise={noise!r}: use a value in [0, 1]")
         self.seed = seed
         self.good_base = good_base
         self.good_slope = good_slope

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import CASConflict, InvalidArgument, LedgerError
+from ..errors import CASConflict, InvalidArgument, InvalidArgumentType, LedgerError
+from ..validation import check_seconds
 from .base import (
     _MAX_LISTED_PROBLEMS,
     SCHEMA,
@@ -127,6 +128,8 @@ class SqliteLedger(Ledger):
         timeout: float = 30.0,
         check_history: bool = True,
     ) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidArgumentType(f"SqliteLedger(path={path!r}): give a file path (str or os.PathLike)")
         raw = os.fsdecode(os.fspath(path))
         if raw == ":memory:" or raw == "":
             raise InvalidArgument(
@@ -134,12 +137,10 @@ class SqliteLedger(Ledger):
                 "between threads or reopened; use MemoryLedger() for a throwaway run, or "
                 "give a file path"
             )
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise InvalidArgument(
-                f"SqliteLedger(timeout={timeout!r}): expected a positive number of seconds"
-            )
+        timeout = check_seconds(timeout, "timeout", positive=True, owner="SqliteLedger",
+                                hint="how long a write waits for the file's lock")
         if not isinstance(check_history, bool):
-            raise InvalidArgument(
+            raise InvalidArgumentType(
                 f"SqliteLedger(check_history={check_history!r}): expected True (check the "
                 "history on open) or False (skip it to salvage a damaged file)"
             )

@@ -5,7 +5,9 @@
   `agentdescent.testing.fakes`.
 - `CachingProviderSim` (a provider priced like a prefix cache) and `SimCall`:
   `agentdescent.testing.simulators`.
-- One conformance suite per seam (`LedgerConformance`, ...): `agentdescent.testing.conformance`.
+- One conformance suite per seam (`LedgerConformance`, `StrategyConformance`,
+  `StalenessConformance`, `AllocatorConformance`, `EvaluatorConformance`,
+  `ProviderConformance`, `RunStateConformance`): `agentdescent.testing.conformance`.
 
 Nothing here is used by the engines themselves, nothing here opens a network connection,
 and nothing here imports pytest: the suites raise ``AssertionError``, so the package
@@ -14,8 +16,28 @@ imports without the dev extras.
 
 from __future__ import annotations
 
-from .conformance import LedgerConformance
+from .conformance import (
+    AllocatorConformance,
+    EvaluatorConformance,
+    LedgerConformance,
+    ProviderConformance,
+    RunStateConformance,
+    StalenessConformance,
+    StrategyConformance,
+)
 from .fakes import FakeProvider, ManualClock
 from .simulators import CachingProviderSim, SimCall
 
-__all__ = ["CachingProviderSim", "FakeProvider", "LedgerConformance", "ManualClock", "SimCall"]
+__all__ = [
+    "AllocatorConformance",
+    "CachingProviderSim",
+    "EvaluatorConformance",
+    "FakeProvider",
+    "LedgerConformance",
+    "ManualClock",
+    "ProviderConformance",
+    "RunStateConformance",
+    "SimCall",
+    "StalenessConformance",
+    "StrategyConformance",
+]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..clock import Clock
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidArgumentType
 from ..messages import messages_to_prompt
 from ..model import Completion, Provider, check_options
 from ..usage import Usage
@@ -57,7 +57,7 @@ class FakeProvider(Provider):
 
     def __init__(self, handler: Callable[..., str | Completion], *, usage: Usage | None = None) -> None:
         if not callable(handler):
-            raise TypeError(
+            raise InvalidArgumentType(
                 f"FakeProvider(handler={handler!r}): handler must be callable as "
                 "handler(messages, **options) -> str | Completion"
             )
@@ -95,7 +95,7 @@ class FakeProvider(Provider):
             text, call = result.text, result.usage
             finish_reason, tool_calls = result.finish_reason, tuple(result.tool_calls)
         else:
-            raise TypeError(
+            raise InvalidArgumentType(
                 f"FakeProvider: the handler returned a {type(result).__name__}; return "
                 "the reply as a str or a Completion"
             )

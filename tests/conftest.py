@@ -1,0 +1,42 @@
+"""Test-suite wiring: a test that needs an optional extra that is not installed is skipped, saying which.
+
+The README's test command installs every extra, so in CI nothing is skipped. On a machine
+with only some extras, a test that reaches a missing SDK (the package raises
+`agentdescent.errors.ProviderDependencyError`, or an ``ImportError`` naming the module)
+is reported as skipped with the extra to install, instead of failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentdescent.errors import ProviderDependencyError
+
+#: Optional modules and the extra that installs each.
+EXTRAS = {"openai": "openai", "anthropic": "anthropic", "httpx": "hf", "httpx2": "openai",
+          "distributed": "dask", "dask": "dask", "matplotlib": "bench"}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem: Any) -> Iterator[None]:
+    outcome = yield
+    exc = outcome.excinfo[1] if outcome.excinfo else None
+    if exc is None:
+        return
+    missing = _missing_module(exc)
+    if missing is not None:
+        outcome.force_exception(pytest.skip.Exception(
+            f"needs the optional {missing!r} package: pip install -e \".[{EXTRAS[missing]}]\"", _use_item_location=True))
+
+
+def _missing_module(exc: BaseException) -> str | None:
+    if isinstance(exc, ProviderDependencyError):
+        for name in EXTRAS:
+            if f"the {name!r} package" in str(exc):
+                return name
+    if isinstance(exc, ModuleNotFoundError) and exc.name in EXTRAS:
+        return exc.name
+    return None
