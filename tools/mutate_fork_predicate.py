@@ -1,10 +1,10 @@
-"""Mutation check of the summarizer-fork predicate: does tests/test_context.py notice?
+"""Mutation check of the summarizer-fork predicate: does tests/test_context.py notice (the predicate lives in agentdescent/compaction.py)?
 
-Each mutant is one plausible bug in ``agentdescent/context.py`` (the comparison flipped,
+Each mutant is one plausible bug in ``agentdescent/compaction.py`` (the comparison flipped,
 ``auto`` losing its default ratio, the decline and fallback counters swapped). The tool
 copies the package and the test file into a temporary directory, applies one mutant to
 the copy, runs the tests there, and prints whether the suite caught it. The repository's
-own ``context.py`` is never written.
+own ``compaction.py`` is never written.
 
     python tools/mutate_fork_predicate.py [--keep-going]
 
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = Path("agentdescent") / "context.py"
+TARGET = Path("agentdescent") / "compaction.py"
 TESTS = Path("tests") / "test_context.py"
 
 #: (name, [(anchor, replacement), ...]); every anchor must occur exactly once.
@@ -62,11 +62,12 @@ def apply(source: str, edits: list[tuple[str, str]]) -> str:
 
 
 def make_copy(workdir: Path, source: str) -> None:
-    """Lay out the package (with ``source`` as context.py) and the test file in ``workdir``."""
+    """Lay out the package (with ``source`` as compaction.py) and the test file in ``workdir``."""
     shutil.copytree(ROOT / "agentdescent", workdir / "agentdescent",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (workdir / "tests").mkdir()
-    shutil.copy2(ROOT / "tests" / "__init__.py", workdir / "tests" / "__init__.py")
+    for helper in ("__init__.py", "conftest.py"):
+        shutil.copy2(ROOT / "tests" / helper, workdir / "tests" / helper)
     shutil.copy2(ROOT / TESTS, workdir / TESTS)
     shutil.copy2(ROOT / "pyproject.toml", workdir / "pyproject.toml")
     (workdir / TARGET).write_text(source, encoding="utf-8")
@@ -76,7 +77,7 @@ def run_tests(workdir: Path, keep_going: bool) -> tuple[bool, str]:
     """Run the copied tests against the copied package; (passed, last output line)."""
     env = dict(os.environ, PYTHONPATH=str(workdir), PYTHONDONTWRITEBYTECODE="1")
     probe = subprocess.run(
-        [sys.executable, "-c", "import agentdescent.context as c; print(c.__file__)"],
+        [sys.executable, "-c", "import agentdescent.compaction as c; print(c.__file__)"],
         cwd=workdir, env=env, capture_output=True, text=True,
     )
     imported = Path(probe.stdout.strip() or "?").resolve()
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 ok = False
         elapsed = time.perf_counter() - started
     if (ROOT / TARGET).read_text(encoding="utf-8") != original:  # pragma: no cover - defensive
-        print("error: agentdescent/context.py changed while the tool ran", file=sys.stderr)
+        print("error: agentdescent/compaction.py changed while the tool ran", file=sys.stderr)
         return 1
     print("| mutant | caught | tests |")
     print("|---|---|---|")
