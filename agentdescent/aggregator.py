@@ -7,7 +7,8 @@ language model, read the clock or use the global RNG: given the same cards, ledg
 evaluator it makes the same decisions.
 
 The path of one decision reads straight through: `Aggregator._prepare` (no
-held-out spend) -> `Aggregator._measure` (the held-out evaluation) ->
+held-out spend) -> the self-verify gate -> `Aggregator._measure` (the paired sequential
+test of `agentdescent.acceptance`, affected tasks first, noise-aware) ->
 `Aggregator._decide` (acceptance, oracle, CAS, and exactly one allocator report).
 `Aggregator._settle` books a decision once it has ended: counters, the eta histogram
 and the evidence pool, which later decisions draw on (`AggregatorConfig.pool_draw`).
@@ -17,80 +18,37 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any
 
-from .acceptance import (
-    AcceptanceDecision,
-    decide_acceptance,
-    evaluation_order,
-    required_gain,
-    required_probability,
-    sequential_verdict,
-)
 from .allocator import AllocatorPolicy, pre_spend_context
 from .errors import CASConflict, GovernanceError, InvalidArgumentType
 from .evidence_pool import EvidencePool, PoolEntry
 from .fusion import rank_cards, resolve_conflicts, union_diff, union_members
 from .governance import ArtifactInfo, Layer, classify
 from .ledger import Ledger
-from .seams import Seam, adopt
+from .measurement import Evaluator, Measurement, Measurer, Prepared
+from .noise import NoiseMonitor
+from .relevance import RelevanceHook
+from .scoreboard import HeadEstimate, Scoreboard
+from .seams import adopt
 from .staleness import GuardedStaleness, StaleAction, StalenessPolicy
-from .types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, stable_hash, vv_staleness
-from .validation import check_bool, check_fraction, check_int, check_real
+from .types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, vv_staleness
+from .validation import (
+    check_bool,
+    check_callable,
+    check_choice,
+    check_fraction,
+    check_int,
+    check_real,
+    check_text,
+)
 
 __all__ = ["Aggregator", "AggregatorConfig", "Evaluator"]
 
 logger = logging.getLogger("agentdescent.aggregator")
-
-
-class Evaluator(Seam):
-    """Scores artifact states for the aggregator.
-
-    Called only from the merging thread. ``held_out`` must score the same tasks in
-    the same order on every call (the acceptance test pairs them); ``cheap`` scores a
-    fixed small subset and is what conflict resolution, rebase checks and the fusion
-    tournament rank on. Both should be deterministic for a given state.
-
-    ``held_out`` and ``cheap`` are required; ``verify`` and ``held_out_subset`` are
-    optional, with the defaults below. Subclass this class, or give any object with the
-    two required methods: the aggregator wraps it (`agentdescent.seams.adopt`).
-    """
-
-    REQUIRED: ClassVar[tuple[str, ...]] = ("held_out", "cheap")
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("verify", "held_out_subset")
-
-    def held_out(self, artifact_id: str, state: Mapping[str, str]) -> Sequence[float]:
-        """Per-task rewards of ``state`` on the full held-out set."""
-        raise NotImplementedError
-
-    def cheap(self, artifact_id: str, state: Mapping[str, str]) -> float:
-        """Mean reward of ``state`` on the fixed cheap subset."""
-        raise NotImplementedError
-
-    def verify(self, artifact_id: str, state: Mapping[str, str], tasks: Sequence[Task]) -> Sequence[float] | None:
-        """Per-task rewards of ``state`` on ``tasks`` (the tasks that prompted a diff), or None.
-
-        The optional rebase re-verification: when it returns scores, a rebased diff is
-        re-run on the tasks that prompted it (before vs after on the fresh head); the
-        default returns None, and the diff must instead strictly beat the head on the cheap
-        subset.
-        """
-        return None
-
-    def held_out_subset(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> Sequence[float]:
-        """Per-task rewards of ``state`` on the held-out tasks at ``indices`` (one batch).
-
-        The sequential evaluation asks for a candidate's held-out scores batch by batch
-        and stops once its decision is settled. The default scores the whole held-out set
-        and picks the batch out (correct, but saving nothing); an evaluator that can score
-        single tasks should override it, as the engines' evaluator does.
-        """
-        scores = self.held_out(artifact_id, state)
-        return [scores[i] for i in indices]
 
 
 @dataclass(frozen=True)
@@ -98,48 +56,74 @@ class AggregatorConfig:
     """Knobs of the merge pipeline.
 
     Args:
-        base_delta: acceptance risk budget at version 0 (annealed with the version).
+        false_accept_rate: the acceptance test's stated rate of committing a candidate
+            that is no better than the head, at every version, however often the
+            evaluation looks (`agentdescent.acceptance.PairedTest`).
         alpha_head: staleness tolerance for slow (L1) artifacts.
         alpha_tail: staleness tolerance for fast (L2) artifacts.
         trust_region_ops: largest diff (in ops) considered; larger ones are ``oversized``.
         trust_region_chars: largest diff payload (in characters) considered.
         cas_attempts: commit attempts before giving up with ``cas-conflict``.
         fusion_tournament: rank the singles and the union on the cheap score and send
-            the best forward (instead of the union whenever it beats the head).
+            the best forward (needs a cheap subset: ``cheap_eval_tasks``).
         max_regressions: held-out tasks a candidate may regress (None: no guard).
         fusion_requires_evidence: keep a survivor out of a union when its self-verify ran
             and measured no gain while a partner's measured a gain (so a wrong but
             neutral-looking diff cannot ride in on its partners' evidence).
-        evidence_pool_size: cards the evidence pool keeps (discarded, conflict-dropped or
-            set aside); the oldest entry is evicted first.
+        evidence_pool_size: cards the evidence pool keeps (discarded, conflict-dropped,
+            set aside, or rejected for want of evidence); the oldest is evicted first.
         pool_draw: pooled cards re-tried per artifact per step, oldest first, beside the
             step's new cards and through the same pipeline (0 turns drawing off: the pool
             is then only a record). See `Aggregator.step` for which cards qualify. Counted
             in `Aggregator.counters`: ``pool_drawn``, ``pool_committed`` (of those, in a
             commit), ``pool_recovered`` (of those, first counted as stale discards),
             ``pool_returned`` (back in the pool) and ``pool_dropped`` (measured, rejected).
-        self_verify_counts: let the self-verify delta count as acceptance evidence (the
-            rule before 0.2). Off by default: a candidate commits only on a held-out gain.
-            On, a candidate whose held-out scores equal the head's can commit on one lucky
-            re-run of its proposing task, which with a weak model proposing commits junk
-            (see `agentdescent.acceptance.decide_acceptance`); it also turns ``sequential``
-            off.
-        sequential: evaluate a candidate's held-out set in batches and stop as soon as
-            the decision is settled (`agentdescent.acceptance.sequential_verdict`): exact
-            curtailment, then the futility test. A candidate is only ever accepted on its
-            full held-out scores. False scores every task of every candidate.
-        eval_batch: held-out tasks per batch (None: ``max(4, ceil(n / 8))`` of ``n``).
-        futility: the futility test's error budget, in [0, 1): the chance, under its
-            model, of stopping a candidate the full evaluation would accept. 0 keeps only
-            exact curtailment (decisions identical to full evaluation).
-        min_eval_fraction: share of the held-out set scored before the futility test may
-            stop an evaluation (exact curtailment may stop it at any batch).
         pool_retries: how many times one pooled card may be re-tried; a re-tried card that
             is discarded or set aside again goes back to the pool one retry older, one
-            that commits (or is measured and rejected) leaves it.
+            that commits (or is measured and rejected on a loss) leaves it.
+        sequential: score a candidate's held-out tasks in batches and stop as soon as the
+            paired test settles (accept or reject); False scores every task, then decides.
+        eval_batch: held-out tasks per batch (the test looks after each).
+        random_share: share of each candidate's evaluation spent on a seeded random sample
+            of the tasks its diff does not plausibly affect (the rest go to the affected
+            ones first: `agentdescent.acceptance.evaluation_order`).
+        group_key: a ``task.meta`` key: held-out tasks in the same group as a card's
+            trajectory tasks count as affected (the engines use the run's ``stratify`` key
+            when this is None).
+        relevance: ``relevance(diff, trajectory_tasks, task) -> float``: a user ranking of
+            the held-out tasks (higher first) that replaces the built-in one
+            (`agentdescent.relevance.Relevance`).
+        rescore: noise handling (`agentdescent.noise.NoiseMonitor`). ``"auto"`` learns
+            whether the evaluation reproduces, mostly from free checks (the head scored again
+            on a task no commit since plausibly changed): once ``noise_probe`` checks agree,
+            it is deterministic and nothing is re-scored (a discordant pair is a fact, and a
+            net gain with no regression is accepted once ``coverage_sample`` tasks beyond
+            the affected ones are scored); the first disagreement makes it noisy, and every
+            discordant pair is then re-scored ``rescore_draws`` more times on both sides and
+            counts with its means. While unknown, only a would-be regression is re-scored
+            (once). An int re-scores every discordant pair that many more times; 0 never.
+        noise_probe: agreeing checks before the evaluation counts as deterministic.
+        rescore_draws: extra draws per side of a discordant pair once noise is seen.
+        coverage_sample: in a deterministic evaluation, tasks beyond the affected ones a
+            candidate must be scored on (no regression among them) before it is accepted.
+        self_verify_gate: drop a candidate before any held-out call when every card behind
+            it self-verified and none improved the task it was proposed from (GEPA's
+            minibatch gate; the self-verify never counts as acceptance evidence).
+        rank_by: how contradictions and fusion choices are ranked: ``"evidence"`` (the
+            self-verify delta, then arrival: no evaluation spent) or ``"cheap"`` (the cheap
+            subset's score first, the rule before issue 19; with a union that does not beat
+            the head on it, the best single goes forward instead).
+        futility_sample: once every held-out task the diff plausibly affects is scored,
+            stop (a rejection, the cards pooled if they gained) after this many of the
+            others show no gain (0: never; only exact curtailment stops early). A
+            candidate whose gains lie outside its relevant tasks can be refused this way;
+            ``bench/sample_efficiency.py`` measures how often against full evaluation.
+        head_sample: held-out tasks the starting head is scored on before any work (a
+            seeded sample: its reward is measured, not assumed); later heads are scored
+            task by task, as candidates need them.
     """
 
-    base_delta: float = 0.5
+    false_accept_rate: float = 0.05
     alpha_head: int = 5
     alpha_tail: int = 1
     trust_region_ops: int = 6
@@ -151,15 +135,24 @@ class AggregatorConfig:
     fusion_requires_evidence: bool = True
     pool_draw: int = 2
     pool_retries: int = 1
-    self_verify_counts: bool = False
     sequential: bool = True
-    eval_batch: int | None = None
-    futility: float = 0.05
-    min_eval_fraction: float = 0.25
+    eval_batch: int = 4
+    random_share: float = 0.25
+    group_key: str | None = None
+    relevance: RelevanceHook | None = None
+    rescore: str | int = "auto"
+    noise_probe: int = 16
+    rescore_draws: int = 2
+    coverage_sample: int = 4
+    self_verify_gate: bool = True
+    rank_by: str = "evidence"
+    head_sample: int = 16
+    futility_sample: int = 4
 
     def __post_init__(self) -> None:
         owner = "AggregatorConfig"
-        check_real(self.base_delta, "base_delta", low=0.0, high=0.5, low_open=True, owner=owner)
+        check_real(self.false_accept_rate, "false_accept_rate", low=0.0, high=0.5, low_open=True, owner=owner,
+                   hint="the stated rate of committing a candidate no better than the head")
         check_int(self.alpha_head, "alpha_head", low=0, owner=owner, hint="a version count")
         check_int(self.alpha_tail, "alpha_tail", low=0, owner=owner, hint="a version count")
         for name in ("trust_region_ops", "trust_region_chars", "cas_attempts", "evidence_pool_size"):
@@ -171,31 +164,22 @@ class AggregatorConfig:
         check_int(self.pool_draw, "pool_draw", low=0, owner=owner, hint="0 turns drawing on the evidence pool off")
         check_int(self.pool_retries, "pool_retries", low=1, owner=owner,
                   hint="to never re-try pooled cards, set pool_draw=0")
-        check_bool(self.self_verify_counts, "self_verify_counts", owner=owner)
         check_bool(self.sequential, "sequential", owner=owner)
-        check_int(self.eval_batch, "eval_batch", low=1, optional=True, owner=owner, hint="None: max(4, n/8)")
-        check_fraction(self.futility, "futility", high_open=True, owner=owner,
-                       hint="an error budget; 0: exact curtailment only")
-        check_fraction(self.min_eval_fraction, "min_eval_fraction", owner=owner)
-
-
-@dataclass
-class _Prepared:
-    """A candidate ready for the held-out measurement."""
-
-    artifact_id: str
-    head_version: int
-    head_state: dict[str, str]
-    blast_radius: float
-    layer: Layer
-    candidate: Diff
-    fused: bool
-    contributors: list[EvidenceCard]
-    attributable: EvidenceCard
-    considered: int
-    discarded_stale: int
-    conflicts_dropped: int
-    notes: list[str] = field(default_factory=list)
+        check_int(self.eval_batch, "eval_batch", low=1, owner=owner, hint="held-out tasks per look")
+        check_fraction(self.random_share, "random_share", high_open=True, owner=owner)
+        check_text(self.group_key, "group_key", optional=True, owner=owner, hint="a task.meta key")
+        check_callable(self.relevance, "relevance", "relevance(diff, trajectory_tasks, task) -> float",
+                       arity=3, optional=True, owner=owner)
+        if self.rescore != "auto":
+            check_int(self.rescore, "rescore", low=0, high=20, owner=owner,
+                      hint="'auto', or extra draws per side of every discordant pair")
+        check_int(self.noise_probe, "noise_probe", low=1, owner=owner)
+        check_int(self.rescore_draws, "rescore_draws", low=1, high=20, owner=owner)
+        check_int(self.coverage_sample, "coverage_sample", low=0, owner=owner)
+        check_bool(self.self_verify_gate, "self_verify_gate", owner=owner)
+        check_choice(self.rank_by, "rank_by", ("evidence", "cheap"), owner=owner)
+        check_int(self.head_sample, "head_sample", low=1, owner=owner)
+        check_int(self.futility_sample, "futility_sample", low=0, owner=owner)
 
 
 @dataclass
@@ -217,14 +201,6 @@ class _Intake:
     stale: list[EvidenceCard] = field(default_factory=list)  # new cards counted in discarded_stale
     drawn: list[PoolEntry] = field(default_factory=list)
     contributors: list[EvidenceCard] = field(default_factory=list)  # of the measured candidate
-
-
-@dataclass
-class _Measurement:
-    candidate_scores: list[float]  # every task's when accepted; the scored ones otherwise
-    head_scores: list[float]
-    acceptance: AcceptanceDecision
-    scored: int = 0  # held-out tasks of the candidate actually scored
 
 
 class Aggregator:
@@ -267,12 +243,11 @@ class Aggregator:
         self.tournament_gate = tournament_gate
         self._lock = threading.Lock()
         self._pending: list[EvidenceCard] = []
-        self._head_scores: dict[tuple[str, int], list[float]] = {}
-        self._needed_gain: dict[tuple[str, int], float] = {}
         self.pool = EvidencePool(self.config.evidence_pool_size)
         self.eta_histogram: collections.Counter[int] = collections.Counter()
         self._blast: dict[str, float] = {}
         self.counters: collections.Counter[str] = collections.Counter()
+        self.measurer = Measurer(self.evaluator, self.config, self.counters)
 
     # ------------------------------------------------------------------ intake
 
@@ -329,10 +304,35 @@ class Aggregator:
         """
         return self.pool.cards()
 
-    def head_scores(self, artifact_id: str) -> list[float]:
-        """Held-out scores of the current head (cached per version)."""
+    @property
+    def scoreboard(self) -> Scoreboard:
+        """The head's held-out scores per version (`agentdescent.scoreboard.Scoreboard`)."""
+        return self.measurer.scoreboard
+
+    @property
+    def noise(self) -> NoiseMonitor:
+        """What re-scoring discordant pairs showed (`agentdescent.noise.NoiseMonitor`)."""
+        return self.measurer.noise
+
+    def measure_head(self, artifact_id: str, sample: int) -> HeadEstimate:
+        """Score the current head on up to ``sample`` held-out tasks it has no score for (seeded order).
+
+        The engines call it once, before any work, so the starting head's reward is a
+        measurement, not a guess; later versions are measured task by task as candidates
+        need them.
+        """
         version, state = self.ledger.head(artifact_id)
-        return self._scores_of_head(artifact_id, version, state)
+        return self.measurer.measure_head(artifact_id, version, state, sample)
+
+    def head_estimate(self, artifact_id: str) -> HeadEstimate:
+        """The current head's held-out reward as far as it was measured (no spend).
+
+        See `agentdescent.scoreboard`: scores measured on the head, inherited from the
+        version it was committed on where its candidate was not scored, the mean of what is
+        known for a task never scored.
+        """
+        version, _ = self.ledger.head(artifact_id)
+        return self.scoreboard.estimate(artifact_id, version)
 
     def pool_state(self) -> list[dict[str, Any]]:
         """The evidence pool, JSON-ready, oldest first (saved with a run's progress)."""
@@ -342,20 +342,13 @@ class Aggregator:
         """Put back a `pool_state` (a resumed run draws on what the killed one had pooled)."""
         self.pool.restore(entries, tasks)
 
-    def remember_head_scores(self, artifact_id: str, version: int, scores: Sequence[float]) -> None:
-        """Cache held-out scores of ``version`` measured earlier (a resumed run's head)."""
-        self._head_scores[(artifact_id, version)] = [float(s) for s in scores]
+    def head_state_dict(self, artifact_id: str, version: int) -> dict[str, Any]:
+        """The scores known for ``version``, JSON-ready (saved with a run's progress)."""
+        return self.scoreboard.state_dict(artifact_id, version)
 
-    def cached_head_scores(self, artifact_id: str, version: int) -> list[float] | None:
-        """Held-out scores of ``version`` if this aggregator already measured it, else None (no spend)."""
-        return self._head_scores.get((artifact_id, version))
-
-    def _scores_of_head(self, artifact_id: str, version: int, state: Mapping[str, str]) -> list[float]:
-        key = (artifact_id, version)
-        if key not in self._head_scores:
-            self._head_scores[key] = [float(s) for s in self.evaluator.held_out(artifact_id, state)]
-            self.counters["held_out_evals"] += 1
-        return self._head_scores[key]
+    def load_head_state_dict(self, artifact_id: str, version: int, state: Mapping[str, Any]) -> None:
+        """Put back `head_state_dict` (a resumed run does not pay for its head again)."""
+        self.scoreboard.load_state_dict(artifact_id, version, state)
 
     # ------------------------------------------------------------------ step
 
@@ -428,13 +421,48 @@ class Aggregator:
             logger.debug("merge %s: %s (%s)", artifact_id, prepared.outcome.value, prepared.reason)
             return prepared
         intake.contributors = list(prepared.contributors)
-        measurement = self._measure(prepared)
+        gated = self._gate(prepared)
+        if gated is not None:
+            self._settle(intake, gated)
+            logger.debug("merge %s: %s (%s)", artifact_id, gated.outcome.value, gated.reason)
+            return gated
+        measurement = self.measurer.measure(prepared)
         report = self._decide(prepared, measurement)
+        acc = measurement.acceptance
+        if report.outcome is MergeOutcome.BELOW_THRESHOLD and acc.gains and not acc.losses:
+            # Gains and no loss, but too few tasks to settle it: the cards keep their
+            # evidence in the pool, where a later merge can fuse them with others.
+            intake.set_aside.extend(prepared.contributors)
+            self.counters["pooled_for_evidence"] += 1
         self._settle(intake, report)
         logger.info(
             "merge %s: %s (%s)", artifact_id, report.outcome.value, report.reason
         )
         return report
+
+    def _gate(self, prepared: Prepared) -> MergeReport | None:
+        """The self-verify gate: a report that ends the decision before any held-out call, or None.
+
+        A candidate every card of which self-verified and none of which improved the task it
+        was proposed from has shown no sign of helping: with ``self_verify_gate`` it is
+        dropped here (``merge_gate_dropped``), not evaluated and not reported to the
+        allocator (nothing was measured).
+        """
+        if not self.config.self_verify_gate:
+            return None
+        cards = prepared.contributors
+        if not cards or not all(c.self_verified for c in cards):
+            return None
+        if any((c.before_after_delta or 0.0) > 0 for c in cards):
+            return None
+        self.counters["gate_dropped"] += 1
+        return MergeReport(
+            prepared.artifact_id, MergeOutcome.BELOW_THRESHOLD, accepted=prepared.candidate,
+            fused=prepared.fused, considered=prepared.considered, discarded_stale=prepared.discarded_stale,
+            conflicts_dropped=prepared.conflicts_dropped,
+            reason="self-verify gate: no card behind the candidate improved the task it was proposed "
+                   "from, so it was not evaluated on held-out tasks",
+        )
 
     def _settle(self, intake: _Intake, report: MergeReport) -> None:
         """Book a finished decision: counters, the eta histogram, the evidence pool.
@@ -467,7 +495,7 @@ class Aggregator:
 
     def _prepare(
         self, artifact_id: str, new_cards: list[EvidenceCard], intake: _Intake
-    ) -> _Prepared | MergeReport:
+    ) -> Prepared | MergeReport:
         """Trust region, staleness, conflicts and fusion: everything before the held-out spend."""
         cfg = self.config
         version, head_state = self.ledger.head(artifact_id)
@@ -552,7 +580,9 @@ class Aggregator:
                 + (f"; {retried_note}, none survived again" if retried_note else ""),
             )
 
-        survivors, dropped = resolve_conflicts(survivors, cheap_with)
+        by_cheap = cfg.rank_by == "cheap"
+        rank = cheap_with if by_cheap else _no_cheap_score
+        survivors, dropped = resolve_conflicts(survivors, rank)
         intake.pooled.extend(dropped)  # the weaker side of a contradiction keeps its evidence
         notes = []
         if oversized:
@@ -572,7 +602,7 @@ class Aggregator:
             if tournament:
                 self.counters["tournaments"] += 1
                 union_card = EvidenceCard(union, {}, None, None)
-                ranked = rank_cards([*survivors, union_card], cheap_with)
+                ranked = rank_cards([*survivors, union_card], rank)
                 best = ranked[0][1]
                 if best is union_card:
                     chosen, fused, contributors = union, True, members
@@ -580,7 +610,10 @@ class Aggregator:
                     chosen, fused, contributors = best.diff, False, [best]
                     intake.set_aside.extend(c for c in members if c is not best)
                 notes.append("tournament")
-            elif cheap_with(union) > cheap_head():
+            elif not by_cheap or cheap_with(union) > cheap_head():
+                # Without the cheap subset the union goes forward: the paired test scores its
+                # members' affected tasks first and a random sample of the rest, so a member
+                # that hurts shows as a loss (and a regression ends the evaluation at once).
                 chosen, fused, contributors = union, True, members
             else:
                 # The union does not beat the head on the cheap score: rank the singles
@@ -590,7 +623,7 @@ class Aggregator:
                 chosen, fused, contributors = best.diff, False, [best]
                 intake.set_aside = [c for c in survivors if c is not best]
                 notes.append("union did not beat the head; best single kept")
-        return _Prepared(
+        return Prepared(
             artifact_id=artifact_id,
             head_version=version,
             head_state=head_state,
@@ -631,82 +664,9 @@ class Aggregator:
 
     # ------------------------------------------------------------------ measure
 
-    def _measure(self, prepared: _Prepared) -> _Measurement:
-        """Score the candidate on the held-out set (sequentially by default) and run the test.
-
-        The head's scores are cached per version. With ``sequential`` the candidate's tasks
-        are scored in batches in `agentdescent.acceptance.evaluation_order` (seeded by the
-        head version and the diff, so a decision repeats bit for bit) and the evaluation
-        stops once `agentdescent.acceptance.sequential_verdict` settles it; only a full
-        evaluation can accept.
-        """
-        cfg = self.config
-        aid = prepared.artifact_id
-        head_scores = self._scores_of_head(aid, prepared.head_version, prepared.head_state)
-        candidate_state = prepared.candidate.apply(prepared.head_state)
-        n = len(head_scores)
-        self.counters["held_out_evals"] += 1
-        deltas = [
-            c.before_after_delta for c in prepared.contributors
-            if c.before_after_delta is not None and math.isfinite(c.before_after_delta)
-        ]
-        sv_delta = sum(deltas) / len(deltas) if deltas else None
-        if not cfg.sequential or cfg.self_verify_counts:
-            cand = [float(x) for x in self.evaluator.held_out(aid, candidate_state)]
-            self.counters["held_out_tasks_scored"] += n
-            return _Measurement(cand, head_scores, self._full_decision(cand, head_scores, prepared, sv_delta), n)
-        seed = stable_hash(aid, prepared.head_version, sorted(prepared.candidate.ops.items()))
-        order = evaluation_order(head_scores, seed)
-        batch = cfg.eval_batch or max(4, math.ceil(n / 8))
-        key = (aid, prepared.head_version)
-        min_observed = math.ceil(cfg.min_eval_fraction * n)
-        observed: dict[int, float] = {}
-        verdict = None
-        for start in range(0, n, batch):
-            indices = order[start:start + batch]
-            scores = self.evaluator.held_out_subset(aid, candidate_state, indices)
-            observed.update(zip(indices, (float(x) for x in scores)))
-            if len(observed) == n:
-                break
-            if cfg.futility > 0 and len(observed) >= min_observed and key not in self._needed_gain:
-                # the futility test's threshold: once per head version, and only once it can apply
-                self._needed_gain[key] = required_gain(head_scores, prepared.head_version, cfg.base_delta)
-            verdict = sequential_verdict(
-                head_scores, observed, prepared.head_version, base_delta=cfg.base_delta,
-                max_regressions=cfg.max_regressions, futility=cfg.futility,
-                min_observed=min_observed, needed_gain=self._needed_gain.get(key),
-            )
-            if verdict.settled:
-                break
-        self.counters["held_out_tasks_scored"] += len(observed)
-        if len(observed) == n:
-            cand = [observed[i] for i in range(n)]
-            return _Measurement(cand, head_scores, self._full_decision(cand, head_scores, prepared, sv_delta), n)
-        assert verdict is not None and verdict.settled
-        self.counters["held_out_tasks_saved"] += n - len(observed)
-        self.counters["futility_stops" if not verdict.exact else "curtailed_stops"] += 1
-        scored = sorted(observed)
-        cand = [observed[i] for i in scored]
-        partial = decide_acceptance(cand, [head_scores[i] for i in scored], prepared.head_version,
-                                    base_delta=cfg.base_delta, max_regressions=cfg.max_regressions)
-        decision = AcceptanceDecision(
-            False, partial.p_improve, required_probability(prepared.head_version, cfg.base_delta),
-            partial.regressions, partial.candidate_mean, partial.head_mean,
-            f"stopped after {len(observed)} of {n} held-out task(s): {verdict.reason}",
-        )
-        return _Measurement(cand, head_scores, decision, len(observed))
-
-    def _full_decision(self, cand: list[float], head: list[float], prepared: _Prepared,
-                       sv_delta: float | None) -> AcceptanceDecision:
-        return decide_acceptance(
-            cand, head, prepared.head_version, base_delta=self.config.base_delta,
-            self_verify_delta=sv_delta, max_regressions=self.config.max_regressions,
-            self_verify_counts=self.config.self_verify_counts,
-        )
-
     # ------------------------------------------------------------------ decide
 
-    def _decide(self, prepared: _Prepared, measurement: _Measurement) -> MergeReport:
+    def _decide(self, prepared: Prepared, measurement: Measurement) -> MergeReport:
         """End a measured merge: acceptance, oracle gate, CAS commit; report to the allocator once."""
         acc = measurement.acceptance
         report = MergeReport(
@@ -717,16 +677,19 @@ class Aggregator:
             considered=prepared.considered,
             discarded_stale=prepared.discarded_stale,
             conflicts_dropped=prepared.conflicts_dropped,
-            p_improve=acc.p_improve,
+            p_improve=acc.confidence,
         )
         suffix = f"; {', '.join(prepared.notes)}" if prepared.notes else ""
+        oracle: tuple[float, float] | None = None
+        if acc.accept and prepared.layer is Layer.L1_SLOW:
+            oracle = self.measurer.complete(prepared, measurement)
         if not acc.accept:
             report.reason = acc.reason + suffix
-        elif prepared.layer is Layer.L1_SLOW and not acc.candidate_mean > acc.head_mean:
+        elif oracle is not None and not oracle[0] > oracle[1]:
             report.outcome = MergeOutcome.ORACLE_REJECTED
             report.reason = (
-                f"L1 oracle gate: held-out mean {acc.candidate_mean:.4f} does not strictly "
-                f"beat the head's {acc.head_mean:.4f}{suffix}"
+                f"L1 oracle gate: held-out mean {oracle[0]:.4f} over all {measurement.n} task(s) does "
+                f"not strictly beat the head's {oracle[1]:.4f}{suffix}"
             )
         else:
             version = self._commit(prepared, measurement)
@@ -743,7 +706,7 @@ class Aggregator:
         self._feedback(prepared, report)
         return report
 
-    def _commit(self, prepared: _Prepared, measurement: _Measurement) -> int | None:
+    def _commit(self, prepared: Prepared, measurement: Measurement) -> int | None:
         """CAS commit with bounded retry: re-apply the same diff to a fresh head, never overwrite."""
         base_version, base_state = prepared.head_version, prepared.head_state
         meta = {
@@ -751,7 +714,11 @@ class Aggregator:
             "author": prepared.candidate.author,
             "fused": prepared.fused,
             "contributors": [c.diff.diff_id for c in prepared.contributors],
-            "p_improve": measurement.acceptance.p_improve,
+            "p_improve": measurement.acceptance.confidence,
+            "e_value": measurement.acceptance.e_value,
+            "gains": measurement.acceptance.gains,
+            "losses": measurement.acceptance.losses,
+            "scored": measurement.scored,
         }
         for attempt in range(self.config.cas_attempts):
             new_state = prepared.candidate.apply(base_state)
@@ -777,12 +744,16 @@ class Aggregator:
                     return None
                 base_version, base_state = fresh_version, fresh_state
                 continue
-            if base_version == prepared.head_version:
-                self._head_scores[(prepared.artifact_id, version)] = measurement.candidate_scores
+            if base_version == prepared.head_version:  # the new head is the candidate's very state
+                self.scoreboard.commit(prepared.artifact_id, base_version, version, measurement.candidate_scores,
+                                       measurement.projected, measurement.affected)
+            else:
+                self.scoreboard.commit(prepared.artifact_id, base_version, version, {},
+                                       affected=set(range(self.scoreboard.n_tasks)))
             return version
         return None
 
-    def _feedback(self, prepared: _Prepared, report: MergeReport) -> None:
+    def _feedback(self, prepared: Prepared, report: MergeReport) -> None:
         """Report one measured outcome to the allocator: the attributable card's pre-spend
         context, with the audit fields filled in after the fact (the model never reads them)."""
         if self.allocator is None:
@@ -796,3 +767,8 @@ class Aggregator:
         )
         self.allocator.observe(ctx, report.outcome is MergeOutcome.COMMITTED)
         self.counters["allocator_observations"] += 1
+
+
+def _no_cheap_score(diff: Diff) -> float:
+    """The rank score with ``rank_by="evidence"``: no evaluation, so the self-verify delta decides."""
+    return 0.0

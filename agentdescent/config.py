@@ -471,10 +471,12 @@ class RunConfig:
         return [*named, ("reward", self.reward)]
 
     def aggregator_config(self) -> AggregatorConfig:
-        """``agg_config`` with ``fusion_tournament`` applied."""
+        """``agg_config`` with ``fusion_tournament`` applied, and the split's ``stratify`` key as its ``group_key``."""
         cfg = self.agg_config if self.agg_config is not None else AggregatorConfig()
         if self.fusion_tournament is not None:
             cfg = dataclasses.replace(cfg, fusion_tournament=self.fusion_tournament)
+        if cfg.group_key is None and self.split.stratify is not None:
+            cfg = dataclasses.replace(cfg, group_key=self.split.stratify)
         return cfg
 
     # ----------------------------------------------------------------- from keywords

@@ -84,6 +84,16 @@ class RolloutEvaluator(Evaluator):
         """Scores of ``state`` on ``tasks`` (the rebase re-verification)."""
         return self._scores(state, list(tasks))
 
+    def rescore(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> list[float]:
+        """Fresh draws of ``state`` on the held-out tasks at ``indices`` (repeats allowed), bypassing the cache."""
+        tasks = [self.held_out_tasks[i] for i in indices]
+        scores = self.runner.score_tasks(self.strategy.render(state), tasks)
+        self.counters.add("eval_rollouts", sum(isinstance(s, float) for s in scores))
+        failure = next((s for s in scores if isinstance(s, BackendFailure)), None)
+        if failure is not None:
+            raise failure
+        return [float(s) for s in scores]
+
     def held_out_subset(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> list[float]:
         """Scores of ``state`` on the held-out tasks at ``indices`` (one batch of a sequential evaluation)."""
         return self._scores(state, [self.held_out_tasks[i] for i in indices])

@@ -164,15 +164,17 @@ def capture(run: RunParts, head_version: int) -> dict[str, Any]:
         "pool": run.aggregator.pool_state(),
         "groups": run.groups.state_dict(),
         "head": {"version": head_version, "held_out": [t.id for t in run.held_out],
-                 "scores": run.aggregator.cached_head_scores(run.artifact_id, head_version)},
+                 "scores": run.aggregator.head_state_dict(run.artifact_id, head_version)},
+        "noise": run.aggregator.noise.stats(),
     }
 
 
-def restore(run: RunParts, saved: SavedProgress, tasks: Mapping[str, Any], head_version: int) -> list[float] | None:
-    """Put ``saved`` back into ``run``'s parts; return the head's saved held-out scores if still valid.
+def restore(run: RunParts, saved: SavedProgress, tasks: Mapping[str, Any], head_version: int) -> dict[int, float] | None:
+    """Put ``saved`` back into ``run``'s parts; return the head's measured held-out scores if still valid.
 
     The scores come back only when they belong to the current head version and the same
-    held-out tasks (the caller seeds the caches with them).
+    held-out tasks (the aggregator's scoreboard gets them back here; the caller seeds the
+    evaluator's cache with the measured ones).
     """
     state = saved.state
     run.counters.update(state.get("counters", {}))
@@ -187,8 +189,12 @@ def restore(run: RunParts, saved: SavedProgress, tasks: Mapping[str, Any], head_
     run.governor.load_state_dict(state.get("governor") or {})
     if run.allocator is not None and state.get("allocator") is not None:
         run.allocator.load_state_dict(state["allocator"])
+    if state.get("noise"):
+        run.aggregator.noise.load_state_dict(state["noise"])
     head = state.get("head") or {}
-    if (head.get("scores") is not None and head.get("version") == head_version
+    scores = head.get("scores")
+    if (isinstance(scores, Mapping) and head.get("version") == head_version
             and head.get("held_out") == [t.id for t in run.held_out]):
-        return [float(s) for s in head["scores"]]
+        run.aggregator.load_head_state_dict(run.artifact_id, head_version, scores)
+        return {int(i): float(s) for i, s in scores.get("measured", {}).items()}
     return None

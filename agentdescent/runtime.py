@@ -36,13 +36,14 @@ from .evaluation import RolloutEvaluator
 from .executors import CallRunner, DaemonPool, check_travel, runs_in_process
 from .ledger import Ledger, MemoryLedger, SqliteLedger
 from .progress import ProgressStore, capture, restore
+from .relevance import Relevance
 from .result import AsyncStats, EvolutionResult, RoundInfo
 from .staleness import StalenessPolicy
 from .stopping import StopRules
 from .strategies import AppendRules, Strategy
 from .types import MergeOutcome, MergeReport, Task
 from .usage import Usage
-from .worker import GroupTracker, TaskCycle
+from .worker import GroupTracker, TaskWalk
 
 __all__ = ["AggregatorFactory", "RoundRecorder", "RunEnv", "close_run", "drive", "finish", "open_run"]
 
@@ -88,7 +89,7 @@ class RunEnv:
     stops: StopRules
     evaluator: RolloutEvaluator
     aggregator: Aggregator
-    cycle: TaskCycle
+    cycle: TaskWalk
     progress: ProgressStore
     recorder: RoundRecorder
     counters: Counters
@@ -124,8 +125,13 @@ class RunEnv:
     # ----------------------------------------------------------------- merging
 
     def head_reward(self) -> float:
-        """Mean held-out reward of the current head (cached per version by the aggregator)."""
-        return sum(self.aggregator.head_scores(self.artifact_id)) / len(self.held_out)
+        """The current head's held-out reward, as far as it was measured (no spend).
+
+        Measured on the head where a candidate's evaluation (or the starting sample) scored
+        it, inherited from the version it was committed on elsewhere: see
+        `agentdescent.scoreboard`. ``RoundInfo.held_out_reward`` reports this.
+        """
+        return self.aggregator.head_estimate(self.artifact_id).reward
 
     def measure_initial(self) -> float:
         """The starting head's held-out reward, under the failure rule like every evaluation.
@@ -139,7 +145,8 @@ class RunEnv:
         """
         while True:
             try:
-                self.last_reward = self.head_reward()
+                self.last_reward = self.aggregator.measure_head(
+                    self.artifact_id, self.config.aggregator_config().head_sample).reward
             except BackendFailure:
                 continue
             if self.initial_reward is None:  # a resumed run keeps its first measurement
@@ -183,6 +190,9 @@ class RunEnv:
         for card in cards:
             self.aggregator.ingest(card)
         reports, held = self.merge()
+        for report in reports:
+            if report.outcome is MergeOutcome.COMMITTED and report.accepted is not None:
+                self.cycle.note_commit(report.accepted, [t for c in cards for t in c.trajectory_refs])
         info = self.recorder.record(reports, held, rollouts=rollouts, cards=len(cards),
                                     head_version=self.ledger.versions().get(self.artifact_id))
         self.save_progress()
@@ -338,7 +348,8 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
     )
     evaluator = RolloutEvaluator(runner, strategy, counters, held_out, cheap_tasks)
     factory = config.aggregator_factory if config.aggregator_factory is not None else Aggregator
-    aggregator = factory(led, evaluator, config.aggregator_config(), config.staleness_policy, config.allocator,
+    agg_config = config.aggregator_config()
+    aggregator = factory(led, evaluator, agg_config, config.staleness_policy, config.allocator,
                          tournament_gate=governor.allow_fusion_tournament)
     if not isinstance(aggregator, Aggregator):
         runner.close()
@@ -354,15 +365,16 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
         config=config, train=train, held_out=held_out, strategy=strategy, propose=config.propose_fn,
         usage=usage, ledger=led, owns_ledger=owns_ledger, runner=runner, owns_executor=owns_executor,
         blast_radius=stored_blast, governor=governor, stops=stops, evaluator=evaluator,
-        aggregator=aggregator, cycle=TaskCycle(train, config.seed), progress=progress, recorder=recorder,
+        aggregator=aggregator, progress=progress, recorder=recorder,
+        cycle=TaskWalk(train, config.seed, relevance=Relevance(train, agg_config.group_key, agg_config.relevance)),
         counters=counters,
     )
     if saved is not None:
         version, state = led.head(config.artifact_id)
         head_scores = restore(env, saved, {t.id: t for t in config.tasks}, version)
-        if head_scores is not None:
-            aggregator.remember_head_scores(config.artifact_id, version, head_scores)
-            evaluator.remember(state, held_out, head_scores)
+        if head_scores:
+            indices = sorted(head_scores)
+            evaluator.remember(state, [held_out[i] for i in indices], [head_scores[i] for i in indices])
         logger.info("resuming run %r after %d round(s): %d token(s) already spent",
                     config.artifact_id, len(saved.rounds), usage.total_tokens)
     return env
@@ -420,11 +432,8 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     at the stop can no longer change.
     """
     version, state = env.ledger.head(env.artifact_id)
-    cached = env.aggregator.cached_head_scores(env.artifact_id, version)
-    if cached is not None:
-        final = sum(cached) / len(cached)
-    else:
-        final = env.last_reward if env.last_reward is not None else math.nan
+    estimate = env.aggregator.head_estimate(env.artifact_id)
+    final = math.nan if env.last_reward is None and estimate.measured == 0 else estimate.reward
     usage = env.usage.copy()
     env.recorder.settle_tokens()
     if env.history:
@@ -432,6 +441,10 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     counters: dict[str, Any] = dict(env.counters.as_dict())
     counters.update({f"merge_{k}": v for k, v in sorted(env.aggregator.counters.items())})
     counters["eta_histogram"] = {str(k): v for k, v in sorted(env.aggregator.eta_histogram.items())}
+    counters["noise"] = env.aggregator.noise.stats()
+    counters.update(env.cycle.stats())
+    counters["final_reward_measured"] = estimate.measured
+    counters["final_reward_inherited"] = estimate.inherited
     if extra_counters:
         counters.update(extra_counters)
     return EvolutionResult(

@@ -1,7 +1,7 @@
 """The worker step: walk the train tasks, roll one out on a snapshot, propose, build the evidence card.
 
 This module owns what one worker does between two looks at the ledger, the same in both
-engines: `TaskCycle` (the seeded walk over the train tasks), `rollout_step` (solve and
+engines: `TaskWalk` (the seeded walk over the train tasks, unsolved ones first), `rollout_step` (solve and
 score one task on the worker's snapshot), `card_step` (after an unsolved rollout:
 propose -> ``strategy.to_diff`` -> ``governor.candidate_worth`` -> optional self-verify
 -> `agentdescent.types.EvidenceCard`), and `GroupTracker` (the group-relative advantage
@@ -24,11 +24,12 @@ from .budget import BudgetGovernor
 from .counters import Counters
 from .errors import ProposalContractError
 from .executors import CallRunner
+from .relevance import Relevance
 from .strategies import Strategy
-from .types import EvidenceCard, Task, stable_hash
+from .types import Diff, EvidenceCard, Task, stable_hash
 from .usage import thread_tokens
 
-__all__ = ["GroupTracker", "Rollout", "TaskCycle", "WorkerContext", "card_step", "rollout_step"]
+__all__ = ["GroupTracker", "Rollout", "TaskWalk", "WorkerContext", "card_step", "rollout_step"]
 
 
 class GroupTracker:
@@ -74,36 +75,99 @@ class GroupTracker:
         return 0.0 if std == 0.0 else (reward - mean) / std
 
 
-class TaskCycle:
-    """A seeded, endless walk over the train tasks: every task once per epoch, new order each epoch."""
+class TaskWalk:
+    """A seeded walk over the train tasks that prefers the ones the head does not solve yet.
 
-    def __init__(self, train: Sequence[Task], seed: int) -> None:
+    Rollouts teach where they fail: a solved rollout proposes nothing. The walk keeps each
+    train task's last rollout reward and visits the *open* tasks first — never rolled out,
+    or last seen below 1 — in a seeded order, each once per pass. A commit marks the train
+    tasks its diff plausibly affects (`agentdescent.relevance.Relevance`) as presumed
+    solved, so the run does not spend a rollout on each of them to find out. With
+    probability ``explore`` a step is a seeded uniform draw over every train task instead
+    (so solved and presumed-solved tasks are revisited now and then, and a regression
+    there is seen); when no task is open, every step is. One rule for both engines.
+
+    Args:
+        train: the train tasks.
+        seed: seeds the order and the exploration draws.
+        explore: share of steps that draw uniformly, in [0, 1].
+        relevance: ranks the train tasks against a committed diff (None: commits mark nothing).
+    """
+
+    def __init__(self, train: Sequence[Task], seed: int, explore: float = 0.1,
+                 relevance: Relevance | None = None) -> None:
         self._train = list(train)
-        self._rng = random.Random(stable_hash(seed, "task-order"))
-        self._order: list[Task] = []
+        self._rng = random.Random(stable_hash(seed, "task-walk"))
+        self.explore = explore
+        self._relevance = relevance
+        self._last: dict[str, float] = {}
+        self._presumed: set[str] = set()
+        self._queue: list[Task] = []
         self._lock = threading.Lock()
+        self.explored = 0
+        self.skipped_presumed = 0
+
+    def _open(self, task: Task) -> bool:
+        return task.id not in self._presumed and self._last.get(task.id, 0.0) < 1.0
 
     def next(self) -> Task:
-        """The next task."""
+        """The next task to roll out."""
         with self._lock:
-            if not self._order:
-                self._order = list(self._train)
-                self._rng.shuffle(self._order)
-            return self._order.pop()
+            if self._rng.random() >= self.explore:
+                while self._queue or any(self._open(t) for t in self._train):
+                    if not self._queue:
+                        self._queue = [t for t in self._train if self._open(t)]
+                        self._rng.shuffle(self._queue)
+                    task = self._queue.pop()
+                    if self._open(task):
+                        return task
+            self.explored += 1
+            return self._train[int(self._rng.random() * len(self._train))]
+
+    def observe(self, task: Task, reward: float) -> None:
+        """A rollout of ``task`` scored ``reward`` (on the worker's snapshot)."""
+        with self._lock:
+            self._last[task.id] = float(reward)
+            self._presumed.discard(task.id)
+
+    def note_commit(self, diff: Diff, trajectory: Sequence[Task]) -> None:
+        """``diff`` was committed: the train tasks it plausibly affects are presumed solved."""
+        if self._relevance is None:
+            return
+        scores = self._relevance.scores(diff, trajectory)
+        with self._lock:
+            for task, score in zip(self._train, scores):
+                if score > 0 and self._last.get(task.id, 0.0) < 1.0:
+                    self._presumed.add(task.id)
+                    self.skipped_presumed += 1
+
+    def stats(self) -> dict[str, int]:
+        """What the walk did: exploration draws, tasks presumed solved by commits, tasks still open."""
+        with self._lock:
+            return {"walk_explored": self.explored, "walk_presumed_solved": self.skipped_presumed,
+                    "walk_open": sum(self._open(t) for t in self._train)}
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the walk stands (the RNG's state and the epoch's tasks still to come), JSON-ready."""
+        """Where the walk stands (the RNG, the last rewards, the presumed-solved tasks, the pass), JSON-ready."""
         with self._lock:
             version, internal, gauss = self._rng.getstate()
-            return {"rng": [version, list(internal), gauss], "order": [t.id for t in self._order]}
+            return {"format": "walk/1", "rng": [version, list(internal), gauss], "last": dict(self._last),
+                    "presumed": sorted(self._presumed), "queue": [t.id for t in self._queue],
+                    "explored": self.explored, "skipped_presumed": self.skipped_presumed}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Go on from a saved `state_dict` (tasks no longer in the train set are skipped)."""
+        if state.get("format") != "walk/1":
+            return  # an older run's walk: start a fresh one on the same seed
         by_id = {t.id: t for t in self._train}
         with self._lock:
             version, internal, gauss = state["rng"]
             self._rng.setstate((version, tuple(internal), gauss))
-            self._order = [by_id[i] for i in state["order"] if i in by_id]
+            self._last = {k: float(v) for k, v in state.get("last", {}).items() if k in by_id}
+            self._presumed = {k for k in state.get("presumed", []) if k in by_id}
+            self._queue = [by_id[i] for i in state.get("queue", []) if i in by_id]
+            self.explored = int(state.get("explored", 0))
+            self.skipped_presumed = int(state.get("skipped_presumed", 0))
 
 
 class WorkerContext(Protocol):
@@ -116,6 +180,7 @@ class WorkerContext(Protocol):
     propose: Callable[..., str | None]
     governor: BudgetGovernor
     groups: GroupTracker
+    cycle: TaskWalk
     counters: Counters
     self_verify: bool
 
@@ -145,7 +210,10 @@ def rollout_step(env: WorkerContext, worker_id: int, task: Task, version: int, s
     output, reward = env.runner.solve_and_score(
         rendered, task, what=f"worker {worker_id} rollout of task {task.id!r}", phase="rollout", worker=worker_id)
     env.counters.add("rollouts")
+    if reward < 1.0:
+        env.counters.add("rollouts_failed")
     env.groups.add(version, reward)
+    env.cycle.observe(task, reward)
     tokens = thread_tokens() - tokens_before
     env.counters.add("step_tokens", tokens)
     return Rollout(worker_id, task, version, dict(state), rendered, output, reward, tokens)

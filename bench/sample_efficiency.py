@@ -1,53 +1,52 @@
-"""Sample efficiency of acceptance: calls to a held-out target, wrong rules, and what evaluation costs.
-
-Two arms run in the same process on the same seeds and the same workload:
-
-- **today**: the rule and split before issue 12: ``AggregatorConfig(self_verify_counts=True,
-  sequential=False)`` (one lucky self-verify can carry a tie; every candidate is scored on
-  the whole held-out set) and ``shuffle=False`` (the positional split);
-- **new**: the library defaults (the evidence rule, sequential held-out evaluation, the
-  seeded-shuffle split).
-
-A third pass, **audit**, repeats the new arm with an aggregator that also scores every
-early-stopped candidate on the *full* held-out set and records the decision the full
-evaluation would have made. That extra evaluation spends calls, so the audit pass reports
-only its agreement table, never costs; the decisions (and so the run) are the new arm's,
-which the script checks (``same_trajectory``).
+"""Sample efficiency of acceptance: calls to a held-out target, wrong rules, false accepts, evaluation cost.
 
 Every run holds out a **test set the engine never sees** and scores the head on it after
-each round with a separate meter, so test scoring never counts as run spend:
+each round with a separate, noise-free scorer on its own meter, so test scoring never
+counts as run spend. The workloads:
 
 - ``router-0.25`` / ``router-0.4``: `agentdescent.domains.router` (24 keywords) at that
-  noise; the run gets openers 0..9 of ``make_tasks(12)`` (240 tasks) and openers 10..11
-  (48 tasks) are the test set. A wrong rule is a ``keyword: label`` line whose label is not
-  the keyword's (`agentdescent.domains.router.KEYWORDS`).
-- ``valuesim``: `agentdescent.domains.valuesim.ValueSim` (30 skills x 8 items); items 0..5
-  go to the run (180 tasks), items 6..7 are the test set (60 tasks). ValueSim never proposes
-  a wrong label; what it does propose is junk notes, counted apart (``junk``).
+  proposer noise (the share of proposals that name a wrong label); the run gets openers
+  0..9 of ``make_tasks(12)`` (240 tasks) and openers 10..11 (48 tasks) are the test set. A
+  wrong rule is a ``keyword: label`` line whose label is not the keyword's.
+- ``valuesim``: `agentdescent.domains.valuesim.ValueSim` (30 skills x 8 items, graded
+  rewards); items 0..5 go to the run (180 tasks), items 6..7 are the test set.
+
+The **arms**, all on the library's defaults, each on every seed:
+
+- ``sync`` and ``async`` (``async_evolve`` with ``max_rollouts`` = the sync run's rollouts);
+- ``flip-0.1`` / ``flip-0.2`` (sync): the same workload with a reward that flips each
+  score (``r -> 1 - r``) with that probability, drawn per call from the run's seeded RNG, so
+  re-scoring a task draws again;
+- ``junk-0.1`` / ``junk-0.2`` (router, sync, ``self_verify_gate=False``): a proposer whose
+  every rule names a word no prompt contains (the rule changes nothing) on the flipping
+  reward: every commit is a false accept.
 
 Recorded per run: run calls and tokens until the head *first* scores >= the target (0.8) on
-the test set (read from the workload's meter in ``on_round``; it receives every call of the
-run once), final test quality, wrong rules (and junk notes) in the final artifact, calls by
-phase (``result.counters``: rollouts, proposals, self-verify rollouts, evaluation rollouts)
-and the share of held-out evaluation, and the sequential evaluation's counters. Per measured
-candidate: held-out tasks scored, the decision, and whether it is *good* by the domain's
-ground truth (every rule it writes is correct, no junk).
+the test set, final test quality, wrong rules (and ValueSim's junk notes) in the final
+artifact, calls by phase and the evaluation share, the rollouts that found a failure; and
+per measured candidate (an audit that spends no run calls): held-out tasks scored, the
+decision, whether it stopped early, and the decision a full, noise-free evaluation of the
+same candidate against the same head would make (the paired test on every held-out
+task), whether it is truly better (noise-free held-out mean above the head's), and whether
+it is *good* by the domain's ground truth (every rule it writes is correct).
 
-The issue-12 targets are printed as PASS/FAIL lines with their numbers: median run calls to
-target <= 0.6 x today's (router workloads); zero wrong rules in the final artifact on >= 9 of
-10 seeds (router workloads; ValueSim cannot propose one); final quality never more than 0.02
-below today's on a seed; held-out evaluation below half of all calls (every seed of the new arm).
+The issue-19 targets are printed as PASS/FAIL lines with their numbers, against the
+defaults before issue 19 recorded in ``bench/data/acceptance_baseline.json`` (router-0.25:
+1182 calls to target, router-0.4: 1565): median run calls to target <= 0.4 x those, sync and
+async; held-out evaluation below half of all calls on every run; zero wrong rules on >= 9
+of 10 seeds; final test quality never more than 0.02 below the baseline's on a seed; the
+false-accept rate of the flip arms and the commit rate of the junk arms within the stated
+rate (0.05) inside their 95% Wilson interval.
 
 Usage::
 
     python bench/sample_efficiency.py --json bench/results/sample_efficiency.json
-    python bench/sample_efficiency.py --workloads router-0.25 --set futility=0.2
-    python bench/sample_efficiency.py --set held_out_frac=0.2 --set stratify=category
+    python bench/sample_efficiency.py --arms sync --workloads router-0.25 --seeds 0-2
+    python bench/sample_efficiency.py --set random_share=0.5 --arms sync
 
-``--set KEY=VALUE`` changes the new and audit arms only (an `AggregatorConfig` field, or one
-of ``held_out_frac``, ``cheap_eval_tasks``, ``shuffle``, ``stratify``; ``stratify=category``
-names the workload's category key), so a knob is always compared with today's configuration.
-The whole default run (3 workloads x 10 seeds x 3 arms) takes well under a minute.
+``--set KEY=VALUE`` changes every arm's `AggregatorConfig` field (or ``held_out_frac``,
+``shuffle``, ``stratify``; ``stratify=category`` names the workload's category key).
+``--gepa`` adds GEPA 0.1.4 on the router workloads (``bench/gepa_arm.py``).
 
 Exit codes: 0 done (whatever the targets say), 2 usage error.
 """
@@ -58,9 +57,11 @@ import argparse
 import dataclasses
 import json
 import math
+import random
 import re
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,22 +72,30 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from agentdescent import Aggregator, AggregatorConfig, MemoryLedger, Usage, evolve  # noqa: E402
-from agentdescent.config import Split  # noqa: E402
+from agentdescent import (  # noqa: E402
+    Aggregator,
+    AggregatorConfig,
+    MemoryLedger,
+    MergeOutcome,
+    Task,
+    Usage,
+    async_evolve,
+    evolve,
+)
+from agentdescent.acceptance import PairedTest  # noqa: E402
 from agentdescent.domains.router import KEYWORDS, RouterDomain, make_tasks, parse_rules  # noqa: E402
 from agentdescent.domains.valuesim import ValueSim  # noqa: E402
 
-__all__ = ["ARMS", "WORKLOADS", "Instance", "RunRow", "main", "run_bench", "run_one"]
+__all__ = ["ARMS", "WORKLOADS", "Instance", "RunRow", "main", "run_bench", "run_one", "summarize"]
 
-ARMS = ("today", "new", "audit")
 TARGET = 0.8
+BASELINE = ROOT / "bench" / "data" / "acceptance_baseline.json"
+ARMS = ("sync", "async", "flip-0.1", "flip-0.2", "junk-0.1", "junk-0.2")
 PHASES = (("rollout", "rollouts"), ("proposal", "proposals"), ("self_verify", "self_verify_rollouts"),
           ("evaluation", "eval_rollouts"))
-TODAY_CONFIG = AggregatorConfig(self_verify_counts=True, sequential=False)
-# Run arguments `--set` may change besides the AggregatorConfig fields (new and audit arms only);
-# ``stratify=category`` stratifies the split by the workload's category key (router: keyword,
-# valuesim: skill).
-RUN_KNOBS = ("held_out_frac", "cheap_eval_tasks", "shuffle", "stratify")
+RUN_KNOBS = ("held_out_frac", "shuffle", "stratify")
+#: The issue's calls-to-target thresholds: 0.4 x the recorded baseline's medians.
+CALL_TARGETS = {"router-0.25": 473, "router-0.4": 626}
 
 
 # --------------------------------------------------------------------------- workloads
@@ -94,47 +103,51 @@ RUN_KNOBS = ("held_out_frac", "cheap_eval_tasks", "shuffle", "stratify")
 
 @dataclass
 class Instance:
-    """One seeded workload: what the run gets, the test set, and the ground truth.
+    """One seeded workload: the run's arguments, the test set, and the ground truth.
 
     Args:
         kwargs: the ``evolve()`` arguments of the run (tasks, callables, strategy, usage, seed).
         meter: the workload's meter; every call of the run lands in it once.
-        test_quality: the mean test-set reward of a rendered artifact (charged to no run meter).
+        score: ``score(rendered, task)``: the noise-free reward of an artifact on a task,
+            charged to no run meter (the test set, and the audit's ground truth).
+        test_tasks: the test set.
         wrong_rules: rules in a rendered artifact that contradict the ground truth.
         junk: entries in a rendered artifact that are not rules at all (ValueSim's notes).
-        correct: whether one op ``(key, value)`` writes a correct rule (a candidate is *good*
-            when all its ops are correct).
-        category: the ``task.meta`` key naming a task's category (what ``--set stratify=category`` splits on).
+        correct: whether one op ``(key, value)`` writes a correct rule.
+        category: the ``task.meta`` key naming a task's category.
     """
 
     kwargs: dict[str, Any]
     meter: Usage
-    test_quality: Callable[[str], float]
+    score: Callable[[str, Task], float]
+    test_tasks: list[Task]
     wrong_rules: Callable[[str], int]
     junk: Callable[[str], int]
     correct: Callable[[str, str | None], bool]
     category: str
 
+    def test_quality(self, rendered: str) -> float:
+        """Mean noise-free reward of ``rendered`` on the test set."""
+        return sum(self.score(rendered, t) for t in self.test_tasks) / len(self.test_tasks)
+
 
 def router_instance(seed: int, noise: float) -> Instance:
-    """The router domain at ``noise``: openers 0..9 to the run, 10..11 as the test set."""
+    """The router domain at proposer ``noise``: openers 0..9 to the run, 10..11 as the test set."""
     domain = RouterDomain(seed=seed, noise=noise, texts_per_keyword=12)
     tasks = make_tasks(12)
     run_tasks = [t for t in tasks if int(t.id.rsplit("-", 1)[1]) < 10]
     test_tasks = [t for t in tasks if int(t.id.rsplit("-", 1)[1]) >= 10]
     scorer = RouterDomain(seed=seed, noise=noise, texts_per_keyword=1, usage=Usage())  # its own meter
 
-    def test_quality(rendered: str) -> float:
-        return sum(scorer.reward(t, scorer.run(rendered, t)) for t in test_tasks) / len(test_tasks)
-
     def wrong_rules(rendered: str) -> int:
-        return sum(KEYWORDS.get(k) != v for k, v in parse_rules(rendered).items())
+        return sum(KEYWORDS.get(k) != v for k, v in parse_rules(rendered).items() if k in KEYWORDS)
 
     def correct(key: str, value: str | None) -> bool:
         return key.startswith("slot:") and value is not None and KEYWORDS.get(key[5:]) == value.strip().lower()
 
     kwargs = dict(domain.evolve_kwargs(), tasks=run_tasks, n_workers=4, seed=seed)
-    return Instance(kwargs, domain.usage, test_quality, wrong_rules, lambda rendered: 0, correct, "keyword")
+    return Instance(kwargs, domain.usage, lambda r, t: scorer.reward(t, scorer.run(r, t)), test_tasks,
+                    wrong_rules, lambda rendered: 0, correct, "keyword")
 
 
 _SIM_RULE = re.compile(r"^\s*(?:-\s*)?when (\w+)\s*=>\s*(\w+)\s*$")
@@ -146,9 +159,6 @@ def valuesim_instance(seed: int) -> Instance:
     run_tasks = [t for t in sim.tasks if int(t.id.rsplit("-", 1)[1]) < 6]
     test_tasks = [t for t in sim.tasks if int(t.id.rsplit("-", 1)[1]) >= 6]
     scorer = ValueSim(seed=seed, usage=Usage())
-
-    def test_quality(rendered: str) -> float:
-        return sum(scorer.reward(t, scorer.run(rendered, t)) for t in test_tasks) / len(test_tasks)
 
     def entries(rendered: str) -> list[str]:
         return [line[2:] for line in rendered.splitlines() if line.startswith("- ")]
@@ -165,7 +175,8 @@ def valuesim_instance(seed: int) -> Instance:
         return m is not None and sim.skills.get(m.group(1)) == m.group(2)
 
     kwargs = dict(sim.evolve_kwargs(), tasks=run_tasks, n_workers=4)
-    return Instance(kwargs, sim.usage, test_quality, wrong_rules, junk, correct, "skill")
+    return Instance(kwargs, sim.usage, lambda r, t: scorer.reward(t, scorer.run(r, t)), test_tasks,
+                    wrong_rules, junk, correct, "skill")
 
 
 @dataclass(frozen=True)
@@ -185,53 +196,94 @@ WORKLOADS: dict[str, WorkloadSpec] = {
 }
 
 
+class FlippingReward:
+    """A reward that flips each score (``r -> 1 - r``) with probability ``p``, from its own seeded RNG.
+
+    Every call draws, so scoring the same output again may give the other score: a noisy
+    judge, or a sampled model. Thread-safe (the async engine calls it from several threads).
+    """
+
+    def __init__(self, reward: Callable[[Task, str], float], p: float, seed: int) -> None:
+        self.reward = reward
+        self.p = p
+        self._rng = random.Random(f"flip-{seed}-{p}")
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.flips = 0
+
+    def __call__(self, task: Task, output: str) -> float:
+        value = float(self.reward(task, output))
+        with self._lock:
+            self.calls += 1
+            if self._rng.random() < self.p:
+                self.flips += 1
+                return 1.0 - value
+        return value
+
+
+def junk_proposer(domain_propose: Callable[..., str | None]) -> Callable[..., str | None]:
+    """A proposer whose every rule names a word that no prompt contains: a rule that changes nothing."""
+    counter = [0]
+    lock = threading.Lock()
+
+    def propose(rendered: str, task: Task, output: str, reward: float) -> str | None:
+        domain_propose(rendered, task, output, reward)  # spend what a proposal spends
+        with lock:
+            counter[0] += 1
+            n = counter[0]
+        return f"zq{n:04d}x: billing"
+
+    return propose
+
+
 # --------------------------------------------------------------------------- the audited aggregator
 
 
 class RecordingAggregator(Aggregator):
-    """The library's `Aggregator`, recording every measured candidate (decisions unchanged).
+    """The library's `Aggregator`, recording every measured candidate with its ground truth (decisions unchanged).
 
-    With ``audit=True`` a candidate whose sequential evaluation stopped early is also scored
-    on the full held-out set, and the decision the full evaluation makes is recorded beside
-    the sequential one. That spends evaluation calls (the engine's evaluator caches per
-    state and task, so only the unscored tasks run), which is why the audit is its own pass.
+    For each candidate that reaches the paired test it records the run's decision and, from
+    the workload's noise-free scorer (which spends no run calls), what a full evaluation of
+    the same candidate against the same head would decide, whether the candidate is truly
+    better, and whether every rule it writes is correct.
     """
 
-    def __init__(self, *args: Any, correct: Callable[[str, str | None], bool],
-                 log: list[dict[str, Any]], audit: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, inst: Instance, log: list[dict[str, Any]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._correct = correct
+        self._inst = inst
         self._log = log
-        self._audit = audit
 
-    def _measure(self, prepared: Any) -> Any:
-        futility_before = self.counters["futility_stops"]
-        measurement = super()._measure(prepared)
-        n = len(measurement.head_scores)
-        early = measurement.scored < n
-        record: dict[str, Any] = {
+    def _decide(self, prepared: Any, measurement: Any) -> Any:
+        report = super()._decide(prepared, measurement)
+        acc = measurement.acceptance
+        strategy = self._inst.kwargs["strategy"]
+        held = list(self.evaluator.held_out_tasks or ())
+        head_text = strategy.render(prepared.head_state)
+        cand_text = strategy.render(prepared.candidate.apply(prepared.head_state))
+        head = [self._inst.score(head_text, t) for t in held]
+        cand = [self._inst.score(cand_text, t) for t in held]
+        full = PairedTest(len(held), self.config.false_accept_rate, self.config.max_regressions)
+        for i, (c, h) in enumerate(zip(cand, head)):
+            full.add(i, c, h)
+        self._log.append({
             "version": prepared.head_version,
             "ops": len(prepared.candidate.ops),
             "fused": prepared.fused,
             "scored": measurement.scored,
-            "n": n,
-            "accept": measurement.acceptance.accept,
-            "good": all(self._correct(k, v) for k, v in prepared.candidate.ops.items()),
-            "some_good": any(self._correct(k, v) for k, v in prepared.candidate.ops.items()),
-            "stop": ("futility" if self.counters["futility_stops"] > futility_before else "curtailed") if early else None,
-            "p_improve": measurement.acceptance.p_improve,
-            "required": measurement.acceptance.required,
-            "reason": measurement.acceptance.reason,
-        }
-        if self._audit:
-            if early:
-                state = prepared.candidate.apply(prepared.head_state)
-                full = [float(x) for x in self.evaluator.held_out(prepared.artifact_id, state)]
-                record["full_accept"] = self._full_decision(full, measurement.head_scores, prepared, None).accept
-            else:
-                record["full_accept"] = measurement.acceptance.accept
-        self._log.append(record)
-        return measurement
+            "n": measurement.n,
+            "early": measurement.scored < measurement.n,
+            "accept": acc.accept,
+            "committed": report.outcome is MergeOutcome.COMMITTED,
+            "e_value": acc.e_value,
+            "gains": acc.gains,
+            "losses": acc.losses,
+            "full_accept": full.verdict().accept,
+            "truly_better": sum(cand) > sum(head) + 1e-9,
+            "good": all(self._inst.correct(k, v) for k, v in prepared.candidate.ops.items()),
+            "some_good": any(self._inst.correct(k, v) for k, v in prepared.candidate.ops.items()),
+            "reason": acc.reason,
+        })
+        return report
 
 
 # --------------------------------------------------------------------------- one run
@@ -239,17 +291,16 @@ class RecordingAggregator(Aggregator):
 
 @dataclass
 class RunRow:
-    """One (workload, seed, arm) run."""
+    """One (workload, arm, seed) run."""
 
     workload: str
-    seed: int
     arm: str
+    seed: int
     rounds: int
     reached: bool = False
     round_to_target: int | None = None
     calls_to_target: int | None = None
     tokens_to_target: int | None = None
-    eval_token_share_to_target: float | None = None
     initial_quality: float = math.nan
     final_quality: float = math.nan
     wrong_rules: int = 0
@@ -259,52 +310,53 @@ class RunRow:
     tokens: int = 0
     calls_by_phase: dict[str, int] = field(default_factory=dict)
     eval_share: float = math.nan
+    rollouts: int = 0
+    rollouts_failed: int = 0
     held_out_tasks_scored: int = 0
-    held_out_tasks_saved: int = 0
-    futility_stops: int = 0
-    curtailed_stops: int = 0
-    not_evaluated: int = 0
+    head_tasks_scored: int = 0
+    gate_dropped: int = 0
+    noise: dict[str, Any] = field(default_factory=dict)
     stop_reason: str = ""
-    fewest_train_per_category: int = 0
-    categories_without_held_out: int = 0
-    final_state: dict[str, str] = field(default_factory=dict)
     candidates: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
 
+def _arm_parts(arm: str) -> tuple[str, float, bool]:
+    """``(engine, flip probability, junk proposer)`` of an arm."""
+    if arm in ("sync", "async"):
+        return arm, 0.0, False
+    kind, p = arm.split("-")
+    return "sync", float(p), kind == "junk"
+
+
 def run_one(spec: WorkloadSpec, seed: int, arm: str, rounds: int,
             overrides: Mapping[str, Any] | None = None) -> RunRow:
-    """Run one arm of one workload on one seed and measure it.
-
-    Args:
-        spec: the workload.
-        seed: seeds the domain, the split and the run.
-        arm: ``today``, ``new`` or ``audit`` (see the module docstring).
-        rounds: sync rounds of the run.
-        overrides: `AggregatorConfig` fields and `RUN_KNOBS` for the new and audit arms.
-    """
+    """Run one arm of one workload on one seed and measure it."""
     if arm not in ARMS:
         raise ValueError(f"arm={arm!r}: use one of {ARMS}")
+    engine, flip, junk = _arm_parts(arm)
     inst = spec.build(seed)
     kwargs = dict(inst.kwargs)
     overrides = dict(overrides or {})
-    if arm == "today":
-        kwargs.update(agg_config=TODAY_CONFIG, shuffle=False)
-    else:
-        run_knobs = {k: overrides.pop(k) for k in list(overrides) if k in RUN_KNOBS}
-        if run_knobs.get("stratify") == "category":
-            run_knobs["stratify"] = inst.category
-        kwargs.update(run_knobs, agg_config=AggregatorConfig(**overrides))
+    run_knobs = {k: overrides.pop(k) for k in list(overrides) if k in RUN_KNOBS}
+    if run_knobs.get("stratify") == "category":
+        run_knobs["stratify"] = inst.category
+    kwargs.update(run_knobs)
+    if junk:
+        overrides.setdefault("self_verify_gate", False)
+        kwargs["propose"] = junk_proposer(kwargs["propose"])
+    if flip:
+        kwargs["reward"] = FlippingReward(kwargs["reward"], flip, seed)
+    config = AggregatorConfig(**overrides)
     log: list[dict[str, Any]] = []
 
-    def factory(ledger: Any, evaluator: Any, config: AggregatorConfig, staleness_policy: Any,
+    def factory(ledger: Any, evaluator: Any, cfg: AggregatorConfig, staleness_policy: Any,
                 allocator: Any, *, tournament_gate: Any) -> Aggregator:
-        return RecordingAggregator(ledger, evaluator, config, staleness_policy, allocator,
-                                   tournament_gate=tournament_gate, correct=inst.correct, log=log,
-                                   audit=arm == "audit")
+        return RecordingAggregator(ledger, evaluator, cfg, staleness_policy, allocator,
+                                   tournament_gate=tournament_gate, inst=inst, log=log)
 
     ledger = MemoryLedger()
-    row = RunRow(spec.name, seed, arm, rounds)
+    row = RunRow(spec.name, arm, seed, rounds)
     strategy = kwargs["strategy"]
     artifact = kwargs.get("artifact_id", "artifact")
 
@@ -315,19 +367,14 @@ def run_one(spec: WorkloadSpec, seed: int, arm: str, rounds: int,
         if inst.test_quality(strategy.render(state)) >= TARGET:
             row.reached, row.round_to_target = True, info.index
             row.calls_to_target, row.tokens_to_target = inst.meter.calls, inst.meter.total_tokens
-            phases = inst.meter.by_phase()
-            row.eval_token_share_to_target = phases.get("evaluation", 0) / max(1, inst.meter.total_tokens)
 
     row.initial_quality = inst.test_quality(strategy.render(strategy.initial()))
-    # The split this run gets (the engine's own function, the run's own arguments): how
-    # balanced it is per category.
-    train, held = Split(kwargs.get("held_out_frac", 0.4), kwargs.get("shuffle", True),
-                        kwargs.get("stratify")).split(kwargs["tasks"], kwargs.get("seed", 0))
-    categories = {str(t.meta[inst.category]) for t in kwargs["tasks"]}
-    row.fewest_train_per_category = min(sum(str(t.meta[inst.category]) == c for t in train) for c in categories)
-    row.categories_without_held_out = len(categories - {str(t.meta[inst.category]) for t in held})
     started = time.perf_counter()
-    result = evolve(**kwargs, rounds=rounds, ledger=ledger, on_round=on_round, aggregator_factory=factory)
+    common = dict(kwargs, ledger=ledger, on_round=on_round, aggregator_factory=factory, agg_config=config)
+    if engine == "sync":
+        result = evolve(**common, rounds=rounds)
+    else:
+        result = async_evolve(**common, max_rollouts=rounds * kwargs.get("n_workers", 4), max_seconds=600.0)
     row.seconds = time.perf_counter() - started
     if result.error is not None:
         raise RuntimeError(f"{spec.name} seed {seed} arm {arm}: the run failed: {result.error}")
@@ -345,23 +392,27 @@ def run_one(spec: WorkloadSpec, seed: int, arm: str, rounds: int,
         raise RuntimeError(f"{spec.name} seed {seed} arm {arm}: calls by phase {row.calls_by_phase} "
                            f"do not add up to the run's {row.calls} calls")
     row.eval_share = row.calls_by_phase["evaluation"] / max(1, row.calls)
-    for name in ("held_out_tasks_scored", "held_out_tasks_saved", "futility_stops", "curtailed_stops", "not_evaluated"):
-        setattr(row, name, int(c.get(f"merge_{name}", 0)))
+    row.rollouts, row.rollouts_failed = int(c.get("rollouts", 0)), int(c.get("rollouts_failed", 0))
+    row.held_out_tasks_scored = int(c.get("merge_held_out_tasks_scored", 0))
+    row.head_tasks_scored = int(c.get("merge_head_tasks_scored", 0))
+    row.gate_dropped = int(c.get("merge_gate_dropped", 0))
+    row.noise = dict(c.get("noise", {}))
     row.stop_reason = result.stop_reason
-    row.final_state = dict(result.state)
     row.candidates = log
     return row
 
 
-def run_bench(workloads: Sequence[str], seeds: Sequence[int], rounds: int | None = None,
+def run_bench(workloads: Sequence[str], seeds: Sequence[int], arms: Sequence[str], rounds: int | None = None,
               overrides: Mapping[str, Any] | None = None,
               on_row: Callable[[RunRow], None] | None = None) -> list[RunRow]:
-    """Every arm of every workload on every seed; one `RunRow` each."""
+    """Every arm of every workload on every seed (junk arms on router workloads only); one `RunRow` each."""
     rows = []
     for name in workloads:
         spec = WORKLOADS[name]
-        for seed in seeds:
-            for arm in ARMS:
+        for arm in arms:
+            if arm.startswith("junk") and not spec.router:
+                continue
+            for seed in seeds:
                 row = run_one(spec, seed, arm, rounds or spec.rounds, overrides)
                 rows.append(row)
                 if on_row is not None:
@@ -373,7 +424,8 @@ def run_bench(workloads: Sequence[str], seeds: Sequence[int], rounds: int | None
 
 
 def _med(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else math.nan
+    finite = [v for v in values]
+    return statistics.median(finite) if finite else math.nan
 
 
 def _spread(values: Sequence[float], fmt: str = "{:.0f}") -> str:
@@ -387,139 +439,125 @@ def _spread(values: Sequence[float], fmt: str = "{:.0f}") -> str:
     return f"{f(_med(values))} [{f(min(values))}–{f(max(values))}]"
 
 
-def _to_target(row: RunRow, what: str) -> float:
-    value = getattr(row, what)
-    return float(value) if value is not None else math.inf
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson interval of a rate ``k / n``."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def summarize(rows: Sequence[RunRow], workload: str) -> dict[str, Any]:
-    """Per-workload numbers: per arm medians and spreads, per seed pairs, agreement, targets."""
-    by = {arm: sorted((r for r in rows if r.workload == workload and r.arm == arm), key=lambda r: r.seed)
-          for arm in ARMS}
-    seeds = [r.seed for r in by["today"]]
+def load_baseline(path: Path = BASELINE) -> dict[str, dict[int, Mapping[str, Any]]]:
+    """The recorded pre-issue-19 rows: workload -> seed -> row."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for row in data["rows"]:
+        out.setdefault(row["workload"], {})[int(row["seed"])] = row
+    return out
+
+
+def _to_target(row: RunRow) -> float:
+    return float(row.calls_to_target) if row.calls_to_target is not None else math.inf
+
+
+def summarize(rows: Sequence[RunRow], workload: str, baseline: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per workload: per arm medians and spreads, per seed numbers, decisions against ground truth, targets."""
     arms: dict[str, Any] = {}
-    for arm in ("today", "new"):
-        rs = by[arm]
+    for arm in ARMS:
+        rs = sorted((r for r in rows if r.workload == workload and r.arm == arm), key=lambda r: r.seed)
+        if not rs:
+            continue
+        cands = [c for r in rs for c in r.candidates]
+        decisions = len(cands)
+        false_accepts = sum(c["committed"] and not c["truly_better"] for c in cands)
         arms[arm] = {
-            "reached": sum(r.reached for r in rs),
-            "runs": len(rs),
-            "calls_to_target": [_to_target(r, "calls_to_target") for r in rs],
-            "tokens_to_target": [_to_target(r, "tokens_to_target") for r in rs],
-            "round_to_target": [_to_target(r, "round_to_target") for r in rs],
+            "runs": len(rs), "seeds": [r.seed for r in rs], "reached": sum(r.reached for r in rs),
+            "calls_to_target": [_to_target(r) for r in rs],
+            "tokens_to_target": [float(r.tokens_to_target) if r.tokens_to_target is not None else math.inf for r in rs],
+            "round_to_target": [float(r.round_to_target) if r.round_to_target is not None else math.inf for r in rs],
             "final_quality": [r.final_quality for r in rs],
-            "wrong_rules": [r.wrong_rules for r in rs],
-            "junk": [r.junk for r in rs],
-            "commits": [r.commits for r in rs],
-            "calls": [r.calls for r in rs],
+            "baseline_quality": [baseline.get(r.seed, {}).get("final_quality", math.nan) for r in rs],
+            "wrong_rules": [r.wrong_rules for r in rs], "junk": [r.junk for r in rs],
+            "commits": [r.commits for r in rs], "calls": [r.calls for r in rs],
             "eval_share": [r.eval_share for r in rs],
-            "eval_token_share_to_target": [r.eval_token_share_to_target for r in rs
-                                           if r.eval_token_share_to_target is not None],
             "calls_by_phase": {p: [r.calls_by_phase[p] for r in rs] for p, _ in PHASES},
+            "failed_rollout_share": [r.rollouts_failed / max(1, r.rollouts) for r in rs],
+            "head_tasks_scored": [r.head_tasks_scored for r in rs],
             "held_out_tasks_scored": [r.held_out_tasks_scored for r in rs],
-            "held_out_tasks_saved": [r.held_out_tasks_saved for r in rs],
-            "fewest_train_per_category": [r.fewest_train_per_category for r in rs],
-            "categories_without_held_out": [r.categories_without_held_out for r in rs],
-            "futility_stops": sum(r.futility_stops for r in rs),
-            "curtailed_stops": sum(r.curtailed_stops for r in rs),
-            # Where the evaluation calls went, summed over seeds (tasks scored per candidate;
-            # the evaluator's per-state cache makes a re-scored state free, so "rest" is the
-            # cheap subset and rebase re-verifications net of cache hits).
-            "eval_calls": sum(r.calls_by_phase["evaluation"] for r in rs),
-            "eval_initial_head": sum(r.candidates[0]["n"] if r.candidates else 0 for r in rs),
-            "eval_accepted": sum(c["scored"] for r in rs for c in r.candidates if c["accept"]),
-            "eval_rejected": sum(c["scored"] for r in rs for c in r.candidates if not c["accept"]),
-            "candidates_accepted": sum(c["accept"] for r in rs for c in r.candidates),
-            "candidates_rejected": sum(not c["accept"] for r in rs for c in r.candidates),
+            "gate_dropped": [r.gate_dropped for r in rs],
+            "noise_states": [r.noise.get("state") for r in rs],
+            "decisions": decisions,
+            "committed": sum(c["committed"] for c in cands),
+            "early": sum(c["early"] for c in cands),
+            "tasks_scored": sum(c["scored"] for c in cands), "tasks_full": sum(c["n"] for c in cands),
+            "false_accepts_vs_full": sum(c["accept"] and not c["full_accept"] for c in cands),
+            "false_rejects_vs_full": sum(not c["accept"] and c["full_accept"] for c in cands),
+            "false_accepts": false_accepts,
+            "false_accept_rate": false_accepts / decisions if decisions else 0.0,
+            "false_accept_interval": wilson(false_accepts, decisions),
+            "good_accepted": sum(c["good"] and c["committed"] for c in cands),
+            "good_rejected": sum(c["good"] and not c["committed"] for c in cands),
+            "bad_accepted": sum(not c["good"] and c["committed"] for c in cands),
+            "bad_accepted_with_a_correct_rule": sum(not c["good"] and c["some_good"] and c["committed"] for c in cands),
+            "bad_rejected": sum(not c["good"] and not c["committed"] for c in cands),
         }
-    t, n = arms["today"], arms["new"]
-    med_t, med_n = _med(t["calls_to_target"]), _med(n["calls_to_target"])
-    ratio = med_n / med_t if math.isfinite(med_t) and math.isfinite(med_n) and med_t > 0 else math.nan
-    quality_delta = [b - a for a, b in zip(t["final_quality"], n["final_quality"])]
-    audit = [c for r in by["audit"] for c in r.candidates]
-    early = [c for c in audit if c["stop"] is not None]
-    agreement = {
-        "candidates": len(audit),
-        "full_evaluations": len(audit) - len(early),
-        "stopped_curtailed": sum(c["stop"] == "curtailed" for c in audit),
-        "stopped_futility": sum(c["stop"] == "futility" for c in audit),
-        "false_accepts": sum(c["accept"] and not c["full_accept"] for c in audit),
-        "false_rejects": sum(not c["accept"] and c["full_accept"] for c in audit),
-        "false_rejects_curtailed": sum(c["stop"] == "curtailed" and c["full_accept"] for c in audit),
-        "false_rejects_futility": sum(c["stop"] == "futility" and c["full_accept"] for c in audit),
-        "tasks_scored": sum(c["scored"] for c in audit),
-        "tasks_full": sum(c["n"] for c in audit),
-        "same_trajectory": sum(a.final_state == b.final_state and a.commits == b.commits
-                               for a, b in zip(by["new"], by["audit"])),
-        "seeds": len(by["audit"]),
-    }
-
-    def truth(cands: Sequence[Mapping[str, Any]], key: str) -> dict[str, int]:
-        return {
-            "good_accepted": sum(c["good"] and c[key] for c in cands),
-            "good_rejected": sum(c["good"] and not c[key] for c in cands),
-            "bad_accepted": sum(not c["good"] and c[key] for c in cands),
-            "bad_rejected": sum(not c["good"] and not c[key] for c in cands),
-            "bad_accepted_with_a_correct_rule": sum(not c["good"] and c["some_good"] and c[key] for c in cands),
-        }
-
-    ground_truth = {
-        "today (old rule, full evaluation)": truth([c for r in by["today"] for c in r.candidates], "accept"),
-        "new (sequential evaluation)": truth(audit, "accept"),
-        "new, full evaluation of the same candidates": truth(audit, "full_accept"),
-    }
-    return {
-        "workload": workload, "seeds": seeds, "arms": arms, "ratio_calls_to_target": ratio,
-        "quality_delta": quality_delta, "agreement": agreement, "ground_truth": ground_truth,
-    }
+    base = [row["calls_to_target"] for row in baseline.values() if row.get("calls_to_target") is not None]
+    return {"workload": workload, "arms": arms, "baseline_calls_to_target": _med(base) if base else math.nan}
 
 
-def targets(summary: Mapping[str, Any], router: bool) -> list[tuple[str, bool | None, str]]:
+def targets(summary: Mapping[str, Any], router: bool, alpha: float) -> list[tuple[str, bool | None, str]]:
     """The issue's targets for one workload: ``(name, passed, numbers)``; passed None when it does not apply."""
-    t, n = summary["arms"]["today"], summary["arms"]["new"]
     out: list[tuple[str, bool | None, str]] = []
-    ratio = summary["ratio_calls_to_target"]
-    if router:
-        ok = math.isfinite(ratio) and ratio <= 0.6
-        out.append(("median run calls to target <= 0.6 x today's", ok,
-                    f"new {_med(n['calls_to_target']):.0f} / today {_med(t['calls_to_target']):.0f} = "
-                    f"{ratio:.2f} (reached: new {n['reached']}/{n['runs']}, today {t['reached']}/{t['runs']})"))
-    clean = sum(w == 0 for w in n["wrong_rules"])
-    need = math.ceil(0.9 * n["runs"])
-    if router:
-        out.append(("zero wrong rules in the final artifact on >= 9 of 10 seeds", clean >= need,
-                    f"new: {clean}/{n['runs']} seeds clean (wrong rules per seed {n['wrong_rules']}); "
-                    f"today: {sum(w == 0 for w in t['wrong_rules'])}/{t['runs']}"))
-    else:
-        out.append(("zero wrong rules in the final artifact on >= 9 of 10 seeds", None,
-                    f"n/a: this workload never proposes a wrong label ({clean}/{n['runs']} clean); junk notes per "
-                    f"seed: new {n['junk']}, today {t['junk']}"))
-    worst = min(summary["quality_delta"]) if summary["quality_delta"] else math.nan
-    below = sum(d < -0.02 - 1e-12 for d in summary["quality_delta"])
-    out.append(("final quality never more than 0.02 below today's on a seed", below == 0,
-                f"worst new - today {worst:+.3f}; {below} seed(s) below -0.02"))
-    shares = n["eval_share"]
-    out.append(("held-out evaluation below half of all calls", max(shares) < 0.5,
-                f"new: median {_med(shares):.1%}, max {max(shares):.1%} (today: median {_med(t['eval_share']):.1%})"))
+    arms = summary["arms"]
+    workload = summary["workload"]
+    for engine in ("sync", "async"):
+        a = arms.get(engine)
+        if a is None:
+            continue
+        if workload in CALL_TARGETS:
+            med = _med(a["calls_to_target"])
+            limit = CALL_TARGETS[workload]
+            out.append((f"{engine}: median run calls to target <= {limit} (0.4 x the baseline's "
+                        f"{summary['baseline_calls_to_target']:.0f})", math.isfinite(med) and med <= limit,
+                        f"{_spread(a['calls_to_target'])} (reached {a['reached']}/{a['runs']})"))
+        shares = a["eval_share"]
+        out.append((f"{engine}: held-out evaluation below half of all calls (every run)", max(shares) < 0.5,
+                    f"median {_med(shares):.1%}, max {max(shares):.1%}"))
+        if router:
+            clean = sum(w == 0 for w in a["wrong_rules"])
+            out.append((f"{engine}: zero wrong rules in the final artifact on >= 9 of 10 seeds",
+                        clean >= math.ceil(0.9 * a["runs"]), f"{clean}/{a['runs']} clean ({a['wrong_rules']})"))
+        deltas = [q - b for q, b in zip(a["final_quality"], a["baseline_quality"]) if math.isfinite(b)]
+        below = sum(d < -0.02 - 1e-12 for d in deltas)
+        out.append((f"{engine}: final test quality never more than 0.02 below the baseline's on a seed",
+                    below == 0 and bool(deltas), f"worst {min(deltas):+.3f}; {below} seed(s) below -0.02"
+                    if deltas else "no baseline"))
+    for arm in ("flip-0.1", "flip-0.2", "junk-0.1", "junk-0.2"):
+        a = arms.get(arm)
+        if a is None:
+            continue
+        low, high = a["false_accept_interval"]
+        what = "junk commits" if arm.startswith("junk") else "false accepts (commits not truly better)"
+        out.append((f"{arm}: {what} within the stated rate {alpha:g}", low <= alpha,
+                    f"{a['false_accepts']}/{a['decisions']} decisions = {a['false_accept_rate']:.3f} "
+                    f"[95% CI {low:.3f}–{high:.3f}]"))
     return out
 
 
 # --------------------------------------------------------------------------- output
 
 
-def _ratio(today: Sequence[float], new: Sequence[float]) -> str:
-    a, b = _med(today), _med(new)
-    return f"{b / a:.2f}" if math.isfinite(a) and math.isfinite(b) and a else "—"
-
-
-def render_markdown(summaries: Sequence[Mapping[str, Any]]) -> str:
-    """Per workload: the arms table, the per-seed table, calls by phase, agreement, targets."""
+def render_markdown(summaries: Sequence[Mapping[str, Any]], alpha: float) -> str:
+    """Per workload: the arms table, decisions against full evaluation and ground truth, the targets."""
     lines: list[str] = []
     for s in summaries:
-        t, n = s["arms"]["today"], s["arms"]["new"]
-        lines += [f"### {s['workload']} ({len(s['seeds'])} seeds, target: test quality >= {TARGET})", ""]
-        lines += ["| metric | today median [min–max] | new median [min–max] | new/today (medians) |",
-                  "|---|---|---|---|"]
-        lines.append(f"| reached target | {t['reached']}/{t['runs']} | {n['reached']}/{n['runs']} | |")
+        arms = s["arms"]
+        names = list(arms)
+        lines += [f"### {s['workload']} (target: test quality >= {TARGET}; baseline median calls to target "
+                  f"{s['baseline_calls_to_target']:.0f})", ""]
+        lines += ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for key, label, fmt in (
             ("calls_to_target", "run calls to target", "{:.0f}"),
             ("tokens_to_target", "tokens to target", "{:.0f}"),
@@ -527,95 +565,39 @@ def render_markdown(summaries: Sequence[Mapping[str, Any]]) -> str:
             ("calls", "run calls, whole run", "{:.0f}"),
             ("commits", "commits", "{:.0f}"),
             ("final_quality", "final test quality", "{:.3f}"),
+            ("baseline_quality", "baseline final test quality", "{:.3f}"),
             ("wrong_rules", "wrong rules, final artifact", "{:.0f}"),
             ("junk", "junk notes, final artifact", "{:.0f}"),
             ("eval_share", "evaluation share of calls", "{:.3f}"),
-            ("eval_token_share_to_target", "evaluation share of tokens to target", "{:.3f}"),
-            ("held_out_tasks_saved", "held-out tasks saved", "{:.0f}"),
-            ("fewest_train_per_category", "split: fewest train tasks of a category", "{:.0f}"),
-            ("categories_without_held_out", "split: categories with no held-out task", "{:.0f}"),
+            ("failed_rollout_share", "rollouts that found a failure", "{:.2f}"),
+            ("head_tasks_scored", "head tasks scored", "{:.0f}"),
+            ("gate_dropped", "candidates dropped by the self-verify gate", "{:.0f}"),
         ):
-            lines.append(f"| {label} | {_spread(t[key], fmt)} | {_spread(n[key], fmt)} | {_ratio(t[key], n[key])} |")
-        lines += ["", "| seed | calls to target today | new | new/today | final quality today | new | new − today "
-                  "| wrong rules today | new | eval share today | new |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for i, seed in enumerate(s["seeds"]):
-            a, b = t["calls_to_target"][i], n["calls_to_target"][i]
-            r = f"{b / a:.2f}" if math.isfinite(a) and math.isfinite(b) else "—"
-            fa, fb = ("—" if not math.isfinite(v) else f"{v:.0f}" for v in (a, b))
-            lines.append(f"| {seed} | {fa} | {fb} | {r} | {t['final_quality'][i]:.3f} | {n['final_quality'][i]:.3f} "
-                         f"| {s['quality_delta'][i]:+.3f} | {t['wrong_rules'][i]} | {n['wrong_rules'][i]} "
-                         f"| {t['eval_share'][i]:.3f} | {n['eval_share'][i]:.3f} |")
-        lines += ["", "| phase | today: median calls (share of all) | new: median calls (share of all) |", "|---|---|---|"]
+            lines.append(f"| {label} | " + " | ".join(_spread(arms[a][key], fmt) for a in names) + " |")
+        lines += ["", "| phase: median calls (share of all) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for phase, _ in PHASES:
-            cells = []
-            for arm in (t, n):
-                total = sum(arm["calls"])
-                cells.append(f"{_med(arm['calls_by_phase'][phase]):.0f} ({sum(arm['calls_by_phase'][phase]) / max(1, total):.1%})")
-            lines.append(f"| {phase} | {cells[0]} | {cells[1]} |")
-        lines += ["", "| evaluation calls, all seeds | today | new |", "|---|---|---|"]
+            cells = [f"{_med(arms[a]['calls_by_phase'][phase]):.0f} "
+                     f"({sum(arms[a]['calls_by_phase'][phase]) / max(1, sum(arms[a]['calls'])):.1%})" for a in names]
+            lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+        lines += ["", "| decisions, all seeds | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for key, label in (
-            ("eval_initial_head", "the starting head's held-out set"),
-            ("eval_accepted", "accepted candidates (always the full set)"),
-            ("eval_rejected", "rejected candidates (what the sequential test can save)"),
+            ("decisions", "candidates measured"), ("committed", "committed"), ("early", "stopped early"),
+            ("false_accepts_vs_full", "accepted where a full noise-free evaluation refuses"),
+            ("false_rejects_vs_full", "refused where a full noise-free evaluation accepts"),
+            ("false_accepts", "committed but not truly better (false accepts)"),
+            ("good_accepted", "good (every rule correct) committed"), ("good_rejected", "good refused"),
+            ("bad_accepted", "bad (a wrong rule or junk) committed"),
+            ("bad_accepted_with_a_correct_rule", "  of which also carry a correct rule"),
+            ("bad_rejected", "bad refused"),
         ):
-            lines.append(f"| {label} | {t[key]} ({t[key] / max(1, t['eval_calls']):.1%}) "
-                         f"| {n[key]} ({n[key] / max(1, n['eval_calls']):.1%}) |")
-        rest_t = t["eval_calls"] - t["eval_initial_head"] - t["eval_accepted"] - t["eval_rejected"]
-        rest_n = n["eval_calls"] - n["eval_initial_head"] - n["eval_accepted"] - n["eval_rejected"]
-        lines.append(f"| rest: cheap subset, rebase re-verification (net of cache hits) "
-                     f"| {rest_t} ({rest_t / max(1, t['eval_calls']):.1%}) | {rest_n} ({rest_n / max(1, n['eval_calls']):.1%}) |")
-        lines.append(f"| candidates measured: accepted / rejected | {t['candidates_accepted']} / {t['candidates_rejected']} "
-                     f"| {n['candidates_accepted']} / {n['candidates_rejected']} |")
-        g = s["agreement"]
-        lines += ["", f"Sequential vs full evaluation of the same candidates (audit pass, {g['seeds']} seeds; "
-                  f"same run as the new arm on {g['same_trajectory']}/{g['seeds']} seeds):", "",
-                  "| candidates | full evaluations | stopped: curtailed | stopped: futility | false accepts "
-                  "| false rejects (curtailed / futility) | held-out tasks scored / full |",
-                  "|---|---|---|---|---|---|---|",
-                  f"| {g['candidates']} | {g['full_evaluations']} | {g['stopped_curtailed']} | {g['stopped_futility']} "
-                  f"| {g['false_accepts']} | {g['false_rejects']} ({g['false_rejects_curtailed']} / "
-                  f"{g['false_rejects_futility']}) | {g['tasks_scored']} / {g['tasks_full']} |", "",
-                  "| decisions, against ground truth | good accepted | good rejected | bad accepted "
-                  "(of which also carry a correct rule) | bad rejected |",
-                  "|---|---|---|---|---|"]
-        for label, counts in s["ground_truth"].items():
-            lines.append(f"| {label} | {counts['good_accepted']} | {counts['good_rejected']} "
-                         f"| {counts['bad_accepted']} ({counts['bad_accepted_with_a_correct_rule']}) "
-                         f"| {counts['bad_rejected']} |")
+            lines.append(f"| {label} | " + " | ".join(str(arms[a][key]) for a in names) + " |")
+        lines.append("| held-out tasks scored / full, candidates | " + " | ".join(
+            f"{arms[a]['tasks_scored']} / {arms[a]['tasks_full']}" for a in names) + " |")
         lines.append("")
         for name, passed, numbers in s["targets"]:
             verdict = "n/a " if passed is None else ("PASS" if passed else "FAIL")
             lines.append(f"{verdict} {s['workload']}: {name}: {numbers}")
         lines.append("")
-    return "\n".join(lines)
-
-
-def compare_table(paths: Sequence[Path]) -> str:
-    """One row per JSON written by earlier runs (``--json``): the knob, calls, quality, evaluation share.
-
-    Columns per workload of the file: median run calls to target new/today, seeds where the new
-    arm ends more than 0.02 below today, the new arm's median evaluation share of calls, and the
-    held-out tasks the audit pass's candidates were scored on, as a share of a full evaluation.
-    """
-    lines = ["| file | `--set` (new arm) | workload | calls to target new/today | seeds > 0.02 below today "
-             "| eval share (median) | held-out tasks scored / full | false rejects | false accepts |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for path in paths:
-        payload = json.loads(Path(path).read_text(encoding="utf-8"))
-        knobs = " ".join(f"{k}={v}" for k, v in payload["arguments"]["set"].items()) or "(defaults)"
-        if payload["arguments"].get("rounds"):
-            knobs += f", --rounds {payload['arguments']['rounds']}"
-        for s in payload["summaries"]:
-            g = s["agreement"]
-            ratio = s["ratio_calls_to_target"]
-            below = sum(q < -0.02 - 1e-12 for q in s["quality_delta"])
-            lines.append(
-                f"| {Path(path).name} | {knobs} | {s['workload']} "
-                f"| {'—' if ratio is None else f'{ratio:.2f}'} | {below}/{len(s['quality_delta'])} "
-                f"| {_med(s['arms']['new']['eval_share']):.1%} | {g['tasks_scored'] / max(1, g['tasks_full']):.1%} "
-                f"| {g['false_rejects']} | {g['false_accepts']} |"
-            )
     return "\n".join(lines)
 
 
@@ -649,12 +631,14 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _parse_workloads(text: str) -> list[str]:
-    names = [w.strip() for w in text.split(",") if w.strip()]
-    unknown = [w for w in names if w not in WORKLOADS]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"--workloads {text!r}: choose from {', '.join(WORKLOADS)}")
-    return names
+def _parse_list(choices: Sequence[str], flag: str) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        names = [w.strip() for w in text.split(",") if w.strip()]
+        unknown = [w for w in names if w not in choices]
+        if not names or unknown:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: choose from {', '.join(choices)}")
+        return names
+    return parse
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:
@@ -671,77 +655,73 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
             try:
                 out[key] = json.loads(raw)
             except ValueError:
-                out[key] = raw  # a bare word: stratify=category
-
+                out[key] = raw  # a bare word: stratify=category, rescore=auto
     AggregatorConfig(**{k: v for k, v in out.items() if k in fields})  # fail here, naming the knob
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     """The CLI; returns the exit code (0 done, 2 usage error)."""
-    parser = argparse.ArgumentParser(description="Calls to a held-out target and evaluation cost: today's rule vs the defaults.")
-    parser.add_argument("--seeds", type=_parse_seeds, default=list(range(10)), help="seeds, e.g. 0-9 (default) or 0,2,4")
-    parser.add_argument("--workloads", type=_parse_workloads, default=list(WORKLOADS),
+    parser = argparse.ArgumentParser(description="Calls to a held-out target, false accepts and evaluation cost.")
+    parser.add_argument("--seeds", type=_parse_seeds, default=list(range(10)), help="seeds, e.g. 0-9 (default)")
+    parser.add_argument("--workloads", type=_parse_list(list(WORKLOADS), "--workloads"), default=list(WORKLOADS),
                         help=f"comma-separated, from {', '.join(WORKLOADS)} (default: all)")
+    parser.add_argument("--arms", type=_parse_list(ARMS, "--arms"), default=list(ARMS),
+                        help=f"comma-separated, from {', '.join(ARMS)} (default: all)")
     parser.add_argument("--rounds", type=int, default=None,
                         help="sync rounds for every workload (default: router-0.25 30, router-0.4 40, valuesim 40)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="change the new (and audit) arm: an AggregatorConfig field or "
-                        f"{'/'.join(RUN_KNOBS)} (stratify=category: the workload's category key); "
-                        "repeatable, e.g. --set futility=0.2")
+                        help="change every arm: an AggregatorConfig field or held_out_frac/shuffle/stratify")
+    parser.add_argument("--gepa", action="store_true", help="also run GEPA 0.1.4 on the router workloads")
     parser.add_argument("--json", type=Path, default=None, help="write rows, summaries and targets here")
     parser.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
-    parser.add_argument("--compare", type=Path, nargs="+", default=None, metavar="JSON",
-                        help="run nothing: print one comparison row per workload of each JSON written by --json")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if args.compare is not None:
-        missing = [str(p) for p in args.compare if not p.is_file()]
-        if missing:
-            print(f"sample_efficiency: --compare: no such file {', '.join(missing)}; write them with --json",
-                  file=sys.stderr)
-            return 2
-        print(compare_table(args.compare))
-        return 0
-    if args.rounds is not None and args.rounds < 1:
-        print(f"sample_efficiency: --rounds {args.rounds}: give a positive round count", file=sys.stderr)
-        return 2
     try:
         overrides = _parse_set(args.set)
-    except (ValueError, TypeError) as exc:
-        print(f"sample_efficiency: {exc}", file=sys.stderr)
+    except Exception as exc:  # a bad knob: the message names it
+        print(f"sample_efficiency.py: {exc}", file=sys.stderr)
         return 2
+    alpha = AggregatorConfig(**{k: v for k, v in overrides.items() if k not in RUN_KNOBS}).false_accept_rate
+    started = time.perf_counter()
 
     def progress(row: RunRow) -> None:
         if not args.quiet:
-            print(f"  {row.workload} seed {row.seed} {row.arm:>5}: target at {row.calls_to_target} calls, "
-                  f"final {row.final_quality:.3f}, {row.calls} calls, {row.seconds:.1f}s", file=sys.stderr)
+            calls = "—" if row.calls_to_target is None else row.calls_to_target
+            print(f"{row.workload} {row.arm} seed {row.seed}: calls to target {calls}, final {row.final_quality:.3f}, "
+                  f"wrong {row.wrong_rules}, eval share {row.eval_share:.2f}, commits {row.commits} "
+                  f"({row.seconds:.1f}s)", file=sys.stderr)
 
-    started = time.perf_counter()
-    rows = run_bench(args.workloads, args.seeds, args.rounds, overrides, on_row=progress)
+    rows = run_bench(args.workloads, args.seeds, args.arms, args.rounds, overrides, progress)
+    baseline = load_baseline()
     summaries = []
     for name in args.workloads:
-        s = summarize(rows, name)
-        s["targets"] = targets(s, WORKLOADS[name].router)
+        s = summarize(rows, name, baseline.get(name, {}))
+        s["targets"] = targets(s, WORKLOADS[name].router, alpha)
         summaries.append(s)
-    command = "python bench/sample_efficiency.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    print(f"`{command.strip()}` — arms: today = AggregatorConfig(self_verify_counts=True, sequential=False), "
-          f"shuffle=False; new = library defaults{' + ' + str(overrides) if overrides else ''}; 4 workers\n")
-    print(render_markdown(summaries))
+    gepa_rows: list[dict[str, Any]] = []
+    if args.gepa:
+        from gepa_arm import run_gepa_arm  # bench/gepa_arm.py, beside this script
+
+        for name in args.workloads:
+            if WORKLOADS[name].router:
+                gepa_rows += run_gepa_arm(name, args.seeds, progress=not args.quiet)
+    print(render_markdown(summaries, alpha))
+    if gepa_rows:
+        from gepa_arm import render_gepa
+
+        print(render_gepa(gepa_rows, summaries))
     print(f"({len(rows)} runs in {time.perf_counter() - started:.0f}s)")
     if args.json is not None:
-        payload = {
-            "arguments": {"command": command.strip(), "seeds": args.seeds, "workloads": args.workloads,
-                          "rounds": args.rounds, "set": overrides, "target": TARGET},
-            "summaries": summaries,
-            "rows": [dataclasses.asdict(r) for r in rows],
-        }
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(_jsonable(payload), indent=1), encoding="utf-8")
+        payload = {"arguments": {"seeds": args.seeds, "workloads": args.workloads, "arms": args.arms,
+                                 "rounds": args.rounds, "set": args.set},
+                   "summaries": summaries, "rows": [dataclasses.asdict(r) for r in rows], "gepa": gepa_rows}
+        args.json.write_text(json.dumps(_jsonable(payload), indent=1, sort_keys=True), encoding="utf-8")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,0 +1,382 @@
+"""One candidate's held-out evaluation: the paired sequential test, scored batch by batch.
+
+This module owns `Measurer`, the part of the aggregator that spends held-out calls: it
+orders a candidate's held-out tasks (`agentdescent.acceptance.evaluation_order`, affected
+tasks first by `agentdescent.relevance.Relevance`), scores them batch by batch on the
+candidate and, where the head has no score yet, on the head (kept per version in
+`agentdescent.scoreboard.Scoreboard`), re-scores discordant pairs as the
+`agentdescent.noise.NoiseMonitor` says, feeds `agentdescent.acceptance.PairedTest`, and
+stops once the test settles. It also scores the starting head's sample and, for the L1
+oracle gate, the rest of an accepted candidate's tasks.
+
+It also owns the `Evaluator` seam (what it asks of whoever scores states). It must not
+commit, read the clock or use the global RNG: the order is seeded by the head version and
+the diff.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .acceptance import AcceptanceDecision, PairedTest, evaluation_order
+from .governance import Layer
+from .noise import NoiseMonitor
+from .relevance import Relevance
+from .scoreboard import HeadEstimate, Scoreboard
+from .seams import Seam
+from .types import Diff, EvidenceCard, Task, stable_hash
+
+__all__ = ["SPOT_CHECK_EVERY", "Evaluator", "Measurement", "Measurer", "Prepared"]
+
+#: In a deterministic evaluation, one in this many reusable (clean) head scores is measured
+#: again anyway: the free check that would notice noise, or a commit the relevance ranking
+#: missed, goes on at a quarter of its cost.
+SPOT_CHECK_EVERY = 4
+
+
+class Evaluator(Seam):
+    """Scores artifact states for the aggregator.
+
+    Called only from the merging thread. ``held_out`` must score the same tasks in
+    the same order on every call (the acceptance test pairs them); ``cheap`` scores a
+    fixed small subset and is what conflict resolution, rebase checks and the fusion
+    tournament rank on. Both should be deterministic for a given state.
+
+    ``held_out`` and ``cheap`` are required; ``verify`` and ``held_out_subset`` are
+    optional, with the defaults below. Subclass this class, or give any object with the
+    two required methods: the aggregator wraps it (`agentdescent.seams.adopt`).
+    """
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("held_out", "cheap")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("verify", "held_out_subset", "rescore", "held_out_tasks")
+
+    #: The held-out tasks, in ``held_out``'s order, when the evaluator knows them (None: the
+    #: acceptance test cannot rank them by relevance and scores them in a seeded order).
+    held_out_tasks: Sequence[Task] | None = None
+
+    def held_out(self, artifact_id: str, state: Mapping[str, str]) -> Sequence[float]:
+        """Per-task rewards of ``state`` on the full held-out set."""
+        raise NotImplementedError
+
+    def cheap(self, artifact_id: str, state: Mapping[str, str]) -> float:
+        """Mean reward of ``state`` on the fixed cheap subset."""
+        raise NotImplementedError
+
+    def verify(self, artifact_id: str, state: Mapping[str, str], tasks: Sequence[Task]) -> Sequence[float] | None:
+        """Per-task rewards of ``state`` on ``tasks`` (the tasks that prompted a diff), or None.
+
+        The optional rebase re-verification: when it returns scores, a rebased diff is
+        re-run on the tasks that prompted it (before vs after on the fresh head); the
+        default returns None, and the diff must instead strictly beat the head on the cheap
+        subset.
+        """
+        return None
+
+    def held_out_subset(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> Sequence[float]:
+        """Per-task rewards of ``state`` on the held-out tasks at ``indices`` (one batch).
+
+        The sequential evaluation asks for a candidate's held-out scores batch by batch
+        and stops once its decision is settled. The default scores the whole held-out set
+        and picks the batch out (correct, but saving nothing); an evaluator that can score
+        single tasks should override it, as the engines' evaluator does.
+        """
+        scores = self.held_out(artifact_id, state)
+        return [scores[i] for i in indices]
+
+    def rescore(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> Sequence[float] | None:
+        """Fresh draws of ``state``'s rewards on the held-out tasks at ``indices`` (repeats allowed), or None.
+
+        The noise-aware acceptance test re-scores a discordant pair before it counts when
+        the evaluation is stochastic (a sampled model, a noisy reward): a cached score is
+        one draw. The default cannot draw again (None), and the test then takes every score
+        as it came; the engines' evaluator bypasses its cache.
+        """
+        return None
+
+
+@dataclass
+class Prepared:
+    """A candidate ready for the held-out measurement (what `Aggregator._prepare` hands on)."""
+
+    artifact_id: str
+    head_version: int
+    head_state: dict[str, str]
+    blast_radius: float
+    layer: Layer
+    candidate: Diff
+    fused: bool
+    contributors: list[EvidenceCard]
+    attributable: EvidenceCard
+    considered: int
+    discarded_stale: int
+    conflicts_dropped: int
+    notes: list[str] = field(default_factory=list)
+
+
+
+@dataclass
+class Measurement:
+    """One candidate's paired evaluation: the scores on both sides and the test's decision."""
+
+    candidate_scores: dict[int, float]  # held-out task index -> the candidate's (mean) score
+    head_scores: dict[int, float]  # the head's, on the same tasks
+    acceptance: AcceptanceDecision
+    scored: int = 0  # held-out tasks of the candidate actually scored
+    n: int = 0  # held-out tasks in all
+    projected: dict[int, float] = field(default_factory=dict)  # unscored affected tasks, estimated
+    affected: set[int] = field(default_factory=set)  # the tasks the diff plausibly changes
+
+
+class Measurer:
+    """Spends a merge's held-out calls: the starting head's sample, each candidate's paired test.
+
+    Args:
+        evaluator: the aggregator's evaluator.
+        config: the aggregator's `agentdescent.aggregator.AggregatorConfig` (read:
+            ``false_accept_rate``, ``max_regressions``, ``sequential``, ``eval_batch``,
+            ``random_share``, ``group_key``, ``relevance``, ``rescore``, ``noise_probe``,
+            ``rescore_draws``).
+        counters: the aggregator's counters (``held_out_tasks_scored``, ``head_tasks_scored``...).
+    """
+
+    def __init__(self, evaluator: Evaluator, config: Any, counters: collections.Counter[str]) -> None:
+        self.evaluator = evaluator
+        self.config = config
+        self.counters = counters
+        self.noise = NoiseMonitor(config.rescore, config.noise_probe, config.rescore_draws)
+        self._scoreboard: Scoreboard | None = None
+        self._relevance: Relevance | None = None
+        self._clean_uses = 0
+
+    @property
+    def scoreboard(self) -> Scoreboard:
+        """The head's held-out scores per version (built on first use, from the evaluator's task count)."""
+        if self._scoreboard is None:
+            tasks = self.evaluator.held_out_tasks
+            n = len(tasks) if tasks is not None else len(self.evaluator.held_out("", {}))
+            self._scoreboard = Scoreboard(n)
+        return self._scoreboard
+
+    def measure_head(self, artifact_id: str, version: int, state: Mapping[str, str], sample: int) -> HeadEstimate:
+        """Score the current head on up to ``sample`` held-out tasks it has no score for (seeded order).
+
+        The engines call it once, before any work, so the starting head's reward is a
+        measurement, not a guess; later versions are measured task by task as candidates
+        need them.
+        """
+        board = self.scoreboard
+        known = board.measured(artifact_id, version)
+        order = sorted(range(board.n_tasks), key=lambda i: stable_hash(artifact_id, "head-sample", i))
+        missing = [i for i in order if i not in known][: max(0, sample - len(known))]
+        if missing:
+            scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, missing)]
+            board.record(artifact_id, version, dict(zip(missing, scores)))
+            self.counters["head_tasks_scored"] += len(missing)
+        return board.estimate(artifact_id, version)
+
+    def _head_scores_on(self, artifact_id: str, version: int, state: Mapping[str, str],
+                        indices: Sequence[int]) -> dict[int, float]:
+        """The head's scores on ``indices``: measured ones from the scoreboard, the rest scored now.
+
+        In a deterministic evaluation an earlier measurement that no commit since plausibly
+        changed (a *clean* score) is the head's score: it is used as it is, except that one
+        in `SPOT_CHECK_EVERY` is scored again, as a free check that stays on.
+        """
+        board = self.scoreboard
+        known = board.measured(artifact_id, version)
+        missing = [i for i in indices if i not in known]
+        if missing and self.noise.deterministic:
+            reused: dict[int, float] = {}
+            for i in missing:
+                earlier = board.clean(artifact_id, version, i)
+                if earlier is None:
+                    continue
+                self._clean_uses += 1
+                if self._clean_uses % SPOT_CHECK_EVERY:
+                    reused[i] = earlier
+            if reused:
+                board.record(artifact_id, version, reused)
+                known.update(reused)
+                self.counters["head_tasks_reused"] += len(reused)
+                missing = [i for i in missing if i not in reused]
+        if missing:
+            scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, missing)]
+            fresh = dict(zip(missing, scores))
+            for i, now in fresh.items():
+                earlier = board.clean(artifact_id, version, i)
+                if earlier is not None:
+                    self.noise.observe_free(earlier, now)  # the head had to be scored anyway: a free check
+            board.record(artifact_id, version, fresh)
+            known.update(fresh)
+            self.counters["head_tasks_scored"] += len(missing)
+        return {i: known[i] for i in indices}
+
+    def measure(self, prepared: Prepared) -> Measurement:
+        """The paired sequential test of the candidate against the head (`agentdescent.acceptance`).
+
+        The held-out tasks are scored in `evaluation_order`: the ones the candidate's diff
+        most plausibly changes first (`agentdescent.relevance.Relevance`, from the diff's
+        text, the cards' trajectory tasks and ``group_key``), interleaved with a seeded
+        sample of the rest; seeded by the head version and the diff, so a decision repeats
+        bit for bit. Batch by batch (``eval_batch``) the candidate is scored, the head is
+        scored on the same tasks where its score is not known yet (once per version), a
+        discordant pair is re-scored as `NoiseMonitor` says before it counts, and the test
+        is asked whether it has settled. ``sequential=False`` scores every task first.
+        """
+        cfg = self.config
+        aid = prepared.artifact_id
+        board = self.scoreboard
+        n = board.n_tasks
+        candidate_state = prepared.candidate.apply(prepared.head_state)
+        self.counters["held_out_evals"] += 1
+        seed = stable_hash(aid, prepared.head_version, sorted(prepared.candidate.ops.items()))
+        relevance = self._relevance_of(prepared)
+        order = evaluation_order(n, relevance, seed % (2**63), cfg.random_share)
+        affected = {i for i in range(n) if relevance[i] > 0}
+        test = PairedTest(n, cfg.false_accept_rate, cfg.max_regressions)
+        cand_scores: dict[int, float] = {}
+        head_scores: dict[int, float] = {}
+        decision = test.verdict(self._room(order, head_scores, prepared))
+        start = 0
+        while start < n:
+            batch = self._next_batch(test, order[start:], prepared) if cfg.sequential else n
+            indices = order[start:start + batch]
+            start += len(indices)
+            cand = dict(zip(indices, (float(x) for x in self.evaluator.held_out_subset(aid, candidate_state, indices))))
+            head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, indices)
+            self._confirm(aid, prepared, candidate_state, cand, head)
+            for i in indices:
+                test.add(i, cand[i], head[i])
+            cand_scores.update(cand)
+            head_scores.update(head)
+            rest = order[start:]
+            futile = self._futile(rest, affected, cand_scores, head_scores) if rest else None
+            covered = not any(i in affected for i in rest) and (
+                sum(i not in affected for i in cand_scores) >= cfg.coverage_sample
+                or not any(i not in affected for i in rest))
+            decision = test.verdict(self._room(rest, head_scores, prepared) if rest else None, futile,
+                                    certain=self.noise.deterministic, covered=covered)
+            if (decision.settled and not decision.accept and covered and decision.gains and not decision.losses
+                    and self.noise.state == "unknown"):
+                # It would be refused for want of evidence, and whether the evaluation is
+                # deterministic is what decides it: find out now, on its own discordant pairs.
+                if self._probe(aid, prepared, candidate_state, cand_scores, head_scores):
+                    decision = test.verdict(self._room(rest, head_scores, prepared) if rest else None, futile,
+                                            certain=self.noise.deterministic, covered=covered)
+            if decision.settled:
+                break
+        scored = len(cand_scores)
+        self.counters["held_out_tasks_scored"] += scored
+        self.counters["held_out_tasks_saved"] += n - scored
+        projected: dict[int, float] = {}
+        if scored < n:
+            self.counters["accepted_early" if decision.accept else "rejected_early"] += 1
+            if "futility" in decision.reason:
+                self.counters["futility_stops"] += 1
+            if decision.accept:
+                projected = self._project(prepared, affected, cand_scores, head_scores)
+        return Measurement(cand_scores, head_scores, decision, scored, n, projected, affected)
+
+    def _project(self, prepared: Prepared, affected: set[int], cand: Mapping[int, float],
+                 head: Mapping[int, float]) -> dict[int, float]:
+        """Estimates for the affected tasks an early acceptance left unscored: the head's score plus the mean gain."""
+        scored = [i for i in cand if i in affected]
+        if not scored:
+            return {}
+        gain = sum(cand[i] - head[i] for i in scored) / len(scored)
+        board = self.scoreboard
+        estimate = board.estimate(prepared.artifact_id, prepared.head_version)
+        known = {**board.inherited(prepared.artifact_id, prepared.head_version),
+                 **board.measured(prepared.artifact_id, prepared.head_version)}
+        base = estimate.reward
+        return {i: known.get(i, base) + gain for i in affected if i not in cand}
+
+    def _next_batch(self, test: PairedTest, rest: Sequence[int], prepared: Prepared) -> int:
+        """``eval_batch``, or fewer when fewer tasks (all gains) would already pass: no overshoot."""
+        limit = min(self.config.eval_batch, len(rest))
+        room = self._room(rest[:limit], {}, prepared)
+        for k in range(1, limit):
+            if test.best_completion(room[:k]) >= test.threshold:
+                return k
+        return limit
+
+    def _futile(self, rest: Sequence[int], affected: set[int], cand: Mapping[int, float],
+                head: Mapping[int, float]) -> str | None:
+        """The futility rule: every affected task scored, and ``futility_sample`` others showed no gain."""
+        sample = self.config.futility_sample
+        if not sample or any(i in affected for i in rest):
+            return None
+        others = [i for i in cand if i not in affected]
+        if len(others) < sample or any(cand[i] > head[i] + 1e-12 for i in others):
+            return None
+        return (f"futility: all {len(affected)} affected task(s) scored, and {len(others)} of the others "
+                "showed no gain")
+
+    def _relevance_of(self, prepared: Prepared) -> list[float]:
+        tasks = self.evaluator.held_out_tasks
+        if tasks is None:
+            return [0.0] * self.scoreboard.n_tasks
+        if self._relevance is None:
+            self._relevance = Relevance(tasks, self.config.group_key, self.config.relevance)
+        trajectory = [t for c in prepared.contributors for t in c.trajectory_refs]
+        return self._relevance.scores(prepared.candidate, trajectory)
+
+    def _room(self, rest: Sequence[int], head_scores: Mapping[int, float], prepared: Prepared) -> list[float]:
+        """The largest gain each unscored task could still show: ``1 - head`` where known, else 1."""
+        known = self.scoreboard.measured(prepared.artifact_id, prepared.head_version)
+        return [1.0 - head_scores.get(i, known.get(i, 0.0)) for i in rest]
+
+    def _probe(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
+               cand: Mapping[int, float], head: Mapping[int, float]) -> bool:
+        """Draw each discordant pair once more on both sides, for the noise monitor; False if it cannot draw."""
+        discordant = [i for i in cand if abs(cand[i] - head[i]) > 1e-12]
+        again_c = self.evaluator.rescore(aid, candidate_state, discordant)
+        again_h = self.evaluator.rescore(aid, prepared.head_state, discordant)
+        if again_c is None or again_h is None:
+            return False
+        self.counters["probe_redraws"] += 2 * len(discordant)
+        for i, c, h in zip(discordant, again_c, again_h):
+            self.noise.observe((cand[i], head[i]), ([float(c)], [float(h)]),
+                               overturned=(float(c) - float(h)) * (cand[i] - head[i]) <= 0)
+        return True
+
+    def _confirm(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
+                 cand: dict[int, float], head: dict[int, float]) -> None:
+        """Re-score the batch's discordant pairs as the noise monitor says; replace them by their means."""
+        discordant = [i for i in cand if abs(cand[i] - head[i]) > 1e-12]
+        for i in discordant:
+            regression = head[i] >= 0.5 > cand[i]
+            extra = self.noise.extra_draws(regression)
+            if extra == 0:
+                continue
+            again_c = self.evaluator.rescore(aid, candidate_state, [i] * extra)
+            again_h = self.evaluator.rescore(aid, prepared.head_state, [i] * extra)
+            if again_c is None or again_h is None:
+                return  # this evaluator cannot draw again: scores count as they came
+            again_c, again_h = [float(x) for x in again_c], [float(x) for x in again_h]
+            mean_c = (cand[i] + sum(again_c)) / (1 + len(again_c))
+            mean_h = (head[i] + sum(again_h)) / (1 + len(again_h))
+            overturned = (mean_c - mean_h) * (cand[i] - head[i]) <= 0
+            self.noise.observe((cand[i], head[i]), (again_c, again_h), overturned)
+            self.counters["rescored_pairs"] += 1
+            cand[i], head[i] = mean_c, mean_h
+            self.scoreboard.record(aid, prepared.head_version, {i: mean_h})
+
+    def complete(self, prepared: Prepared, measurement: Measurement) -> tuple[float, float]:
+        """The oracle gate's full comparison: every held-out task scored on both sides (candidate, head means)."""
+        aid = prepared.artifact_id
+        n = measurement.n
+        rest = [i for i in range(n) if i not in measurement.candidate_scores]
+        if rest:
+            state = prepared.candidate.apply(prepared.head_state)
+            scores = [float(x) for x in self.evaluator.held_out_subset(aid, state, rest)]
+            measurement.candidate_scores.update(zip(rest, scores))
+            self.counters["held_out_tasks_scored"] += len(rest)
+            self.counters["held_out_tasks_saved"] -= len(rest)
+        head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, range(n))
+        measurement.head_scores.update(head)
+        return (sum(measurement.candidate_scores.values()) / n, sum(head.values()) / n)
+
