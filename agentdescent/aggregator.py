@@ -101,7 +101,11 @@ class AggregatorConfig:
             the affected ones are scored); the first disagreement makes it noisy, and every
             discordant pair is then re-scored ``rescore_draws`` more times on both sides and
             counts with its means. While unknown, only a would-be regression is re-scored
-            (once). An int re-scores every discordant pair that many more times; 0 never.
+            (once). ``"deterministic"`` declares the evaluation deterministic from the start
+            (an evaluator that cannot draw again, a table, a cached reward: nothing to learn);
+            a free check that disagrees still makes it noisy. An int re-scores every
+            discordant pair that many more times and never treats the evaluation as
+            deterministic; 0 never re-scores.
         noise_probe: agreeing checks before the evaluation counts as deterministic.
         rescore_draws: extra draws per side of a discordant pair once noise is seen.
         coverage_sample: in a deterministic evaluation, tasks beyond the affected ones a
@@ -170,9 +174,9 @@ class AggregatorConfig:
         check_text(self.group_key, "group_key", optional=True, owner=owner, hint="a task.meta key")
         check_callable(self.relevance, "relevance", "relevance(diff, trajectory_tasks, task) -> float",
                        arity=3, optional=True, owner=owner)
-        if self.rescore != "auto":
+        if self.rescore not in ("auto", "deterministic"):
             check_int(self.rescore, "rescore", low=0, high=20, owner=owner,
-                      hint="'auto', or extra draws per side of every discordant pair")
+                      hint="'auto', 'deterministic', or extra draws per side of every discordant pair")
         check_int(self.noise_probe, "noise_probe", low=1, owner=owner)
         check_int(self.rescore_draws, "rescore_draws", low=1, high=20, owner=owner)
         check_int(self.coverage_sample, "coverage_sample", low=0, owner=owner)
@@ -248,6 +252,8 @@ class Aggregator:
         self._blast: dict[str, float] = {}
         self.counters: collections.Counter[str] = collections.Counter()
         self.measurer = Measurer(self.evaluator, self.config, self.counters)
+        #: (artifact, version) -> the diff committed here to make it, and its trajectory tasks
+        self._committed: dict[tuple[str, int], tuple[Diff, list[Task]]] = {}
 
     # ------------------------------------------------------------------ intake
 
@@ -654,6 +660,9 @@ class Aggregator:
         """
         if card.trajectory_refs:
             refs = list(card.trajectory_refs)
+            if self._self_verify_still_holds(artifact_id, card):
+                self.counters["rebase_checks_reused"] += 1
+                return (card.before_after_delta or 0.0) > 0
             before = self.evaluator.verify(artifact_id, head_state, refs)
             if before is not None:
                 after = self.evaluator.verify(artifact_id, card.diff.apply(head_state), refs)
@@ -661,6 +670,30 @@ class Aggregator:
                     self.counters["rebase_verifications"] += 1
                     return sum(after) > sum(before)
         return cheap_with(card.diff) > cheap_head()
+
+    def _self_verify_still_holds(self, artifact_id: str, card: EvidenceCard) -> bool:
+        """Would the rebase re-verification only repeat the card's own self-verify?
+
+        It would in a deterministic evaluation (`agentdescent.noise`) when every commit since
+        the card's base version was made here and none plausibly changes the card's
+        trajectory tasks (`agentdescent.relevance.Relevance`): the diff then meets its tasks
+        on the fresh head exactly as it met them on its base, and its self-verify delta is
+        the answer, at no call.
+        """
+        if not (card.self_verified and card.before_after_delta is not None and self.measurer.noise.deterministic):
+            return False
+        base = card.base_version.get(artifact_id)
+        head = self.ledger.head(artifact_id)[0]
+        if base is None or head - base > 64:
+            return False
+        relevance = self.measurer.relevance
+        if relevance is None:
+            return False
+        for version in range(base + 1, head + 1):
+            committed = self._committed.get((artifact_id, version))
+            if committed is None or relevance.affects_any(committed[0], committed[1], card.trajectory_refs):
+                return False
+        return True
 
     # ------------------------------------------------------------------ measure
 
@@ -745,6 +778,8 @@ class Aggregator:
                 base_version, base_state = fresh_version, fresh_state
                 continue
             if base_version == prepared.head_version:  # the new head is the candidate's very state
+                self._committed[(prepared.artifact_id, version)] = (
+                    prepared.candidate, [t for c in prepared.contributors for t in c.trajectory_refs])
                 self.scoreboard.commit(prepared.artifact_id, base_version, version, measurement.candidate_scores,
                                        measurement.projected, measurement.affected)
             else:

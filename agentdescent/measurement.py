@@ -315,14 +315,22 @@ class Measurer:
         return (f"futility: all {len(affected)} affected task(s) scored, and {len(others)} of the others "
                 "showed no gain")
 
-    def _relevance_of(self, prepared: Prepared) -> list[float]:
+    @property
+    def relevance(self) -> Relevance | None:
+        """The ranking over the held-out tasks (None when the evaluator does not name them)."""
         tasks = self.evaluator.held_out_tasks
         if tasks is None:
-            return [0.0] * self.scoreboard.n_tasks
+            return None
         if self._relevance is None:
             self._relevance = Relevance(tasks, self.config.group_key, self.config.relevance)
+        return self._relevance
+
+    def _relevance_of(self, prepared: Prepared) -> list[float]:
+        relevance = self.relevance
+        if relevance is None:
+            return [0.0] * self.scoreboard.n_tasks
         trajectory = [t for c in prepared.contributors for t in c.trajectory_refs]
-        return self._relevance.scores(prepared.candidate, trajectory)
+        return relevance.affected(prepared.candidate, trajectory)
 
     def _room(self, rest: Sequence[int], head_scores: Mapping[int, float], prepared: Prepared) -> list[float]:
         """The largest gain each unscored task could still show: ``1 - head`` where known, else 1."""
@@ -331,7 +339,13 @@ class Measurer:
 
     def _probe(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
                cand: Mapping[int, float], head: Mapping[int, float]) -> bool:
-        """Draw each discordant pair once more on both sides, for the noise monitor; False if it cannot draw."""
+        """Settle whether the evaluation is deterministic, on this candidate's own scored tasks.
+
+        Each discordant pair is drawn once more on both sides; if the monitor still lacks
+        agreeing observations, the head is drawn again on the other scored tasks, until it
+        has ``noise_probe`` of them or sees a disagreement (at most ``noise_probe`` extra
+        calls, once in a run). False if the evaluator cannot draw again.
+        """
         discordant = [i for i in cand if abs(cand[i] - head[i]) > 1e-12]
         again_c = self.evaluator.rescore(aid, candidate_state, discordant)
         again_h = self.evaluator.rescore(aid, prepared.head_state, discordant)
@@ -341,6 +355,15 @@ class Measurer:
         for i, c, h in zip(discordant, again_c, again_h):
             self.noise.observe((cand[i], head[i]), ([float(c)], [float(h)]),
                                overturned=(float(c) - float(h)) * (cand[i] - head[i]) <= 0)
+        short = self.noise.probe - self.noise.agreements
+        if self.noise.state == "unknown" and short > 0:
+            others = [i for i in cand if i not in discordant]
+            indices = [others[k % len(others)] for k in range(short)] if others else []
+            again = self.evaluator.rescore(aid, prepared.head_state, indices) if indices else None
+            if again is not None:
+                self.counters["probe_redraws"] += len(indices)
+                for i, h in zip(indices, again):
+                    self.noise.observe_redraw(head[i], float(h))
         return True
 
     def _confirm(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],

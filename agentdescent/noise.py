@@ -35,11 +35,13 @@ class NoiseMonitor:
     With ``mode="auto"``: while *unknown*, only a pair that would count as a regression is
     drawn again (once: a noise-made regression must not refuse a good candidate); when
     *deterministic*, nothing is; when *noisy*, every discordant pair gets ``draws`` more
-    draws per side and counts with its means. An int mode re-draws every discordant pair
-    that many times and never calls the evaluation deterministic (0: never re-draws).
+    draws per side and counts with its means. ``mode="deterministic"`` starts
+    *deterministic* (the user says so) and otherwise behaves as ``"auto"``: a disagreement
+    still makes it noisy. An int mode re-draws every discordant pair that many times and
+    never calls the evaluation deterministic (0: never re-draws).
 
     Args:
-        mode: ``"auto"``, or a fixed number of extra draws per side.
+        mode: ``"auto"``, ``"deterministic"``, or a fixed number of extra draws per side.
         probe: agreeing observations that make the evaluation deterministic.
         draws: extra draws per side once the evaluation is noisy.
     """
@@ -49,7 +51,8 @@ class NoiseMonitor:
         self.probe = probe
         self.draws = draws
         self._lock = threading.Lock()
-        self.state = "unknown" if mode == "auto" else "fixed"
+        self.state = {"auto": "unknown", "deterministic": "deterministic"}.get(str(mode), "fixed")
+        self._learns = mode in ("auto", "deterministic")
         self.agreements = 0
         self.free_probes = 0
         self.redraws = 0
@@ -66,7 +69,7 @@ class NoiseMonitor:
     def extra_draws(self, regression: bool) -> int:
         """Extra draws per side for the next discordant pair (``regression``: it would count as one)."""
         with self._lock:
-            if self.mode != "auto":
+            if not self._learns:
                 return int(self.mode)
             if self.state == "noisy":
                 return self.draws
@@ -77,11 +80,11 @@ class NoiseMonitor:
     def _seen(self, agree: bool) -> None:
         if agree:
             self.agreements += 1
-            if self.mode == "auto" and self.state == "unknown" and self.agreements >= self.probe:
+            if self._learns and self.state == "unknown" and self.agreements >= self.probe:
                 self.state = "deterministic"
         else:
             self.disagreements += 1
-            if self.mode == "auto":
+            if self._learns:
                 self.state = "noisy"
 
     def observe_free(self, earlier: float, now: float) -> None:
@@ -89,6 +92,12 @@ class NoiseMonitor:
         with self._lock:
             self.free_probes += 1
             self._seen(abs(earlier - now) <= 1e-9)
+
+    def observe_redraw(self, first: float, again: float) -> None:
+        """One side of a task drawn again outside a discordant pair (the probe that settles the state)."""
+        with self._lock:
+            self.redraws += 1
+            self._seen(abs(first - again) <= 1e-9)
 
     def observe(self, first: Sequence[float], redraws: Sequence[Sequence[float]], overturned: bool) -> None:
         """A re-scored pair: each side's first draw and its re-draws, and whether the means undid the pair."""

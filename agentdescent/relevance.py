@@ -21,7 +21,12 @@ from collections.abc import Callable, Sequence
 
 from .types import Diff, Task
 
-__all__ = ["Relevance", "RelevanceHook", "words"]
+__all__ = ["AFFECTED_SHARE", "Relevance", "RelevanceHook", "words"]
+
+#: A task counts as *affected* by a diff when its score is at least this share of the best
+#: score among the ranked tasks: a prompt that shares only a common word ("the") with the
+#: diff is ranked, but not affected.
+AFFECTED_SHARE = 0.5
 
 #: ``relevance(diff, trajectory_tasks, task) -> float``: higher is more plausibly changed.
 RelevanceHook = Callable[[Diff, Sequence[Task], Task], float]
@@ -53,25 +58,54 @@ class Relevance:
             for w in ws:
                 counts[w] = counts.get(w, 0) + 1
         n = max(1, len(self.tasks))
-        #: A word in every prompt says nothing; one in a few says a lot.
-        self._idf = {w: math.log((n + 1) / c) for w, c in counts.items()}
-
-    def _overlap(self, query: set[str], i: int) -> float:
-        return sum(self._idf.get(w, 0.0) for w in query & self._words[i])
+        #: A word in every prompt says nothing (0); one in a few says a lot.
+        self._idf = {w: math.log(n / c) for w, c in counts.items()}
+        self._rare = math.log(n) if n > 1 else 1.0  # a word no ranked prompt uses
 
     def scores(self, diff: Diff, trajectory: Sequence[Task]) -> list[float]:
-        """One non-negative score per task (0: not plausibly affected)."""
+        """One non-negative score per task, higher for more plausibly changed (0: no link at all)."""
+        return self._rank(diff, trajectory, self.tasks, self._words)
+
+    def affected(self, diff: Diff, trajectory: Sequence[Task]) -> list[float]:
+        """`scores`, with every task below `AFFECTED_SHARE` of the best one set to 0 (0: not affected)."""
+        ranked = self.scores(diff, trajectory)
+        return _cut(ranked, max(ranked, default=0.0))
+
+    def affects_any(self, diff: Diff, trajectory: Sequence[Task], tasks: Sequence[Task]) -> bool:
+        """Whether ``diff`` plausibly changes any of ``tasks`` (other tasks than the ranked ones).
+
+        They are scored like the ranked tasks (a word the ranked prompts never use counts as
+        rare) and affected when at least `AFFECTED_SHARE` of the best score over both.
+        """
+        if not tasks:
+            return False
+        own = self._rank(diff, trajectory, list(tasks), [words(t.prompt) for t in tasks])
+        best = max(max(self.scores(diff, trajectory), default=0.0), max(own))
+        return any(_cut(own, best))
+
+    def _rank(self, diff: Diff, trajectory: Sequence[Task], tasks: Sequence[Task],
+              prompt_words: Sequence[set[str]]) -> list[float]:
         if self.hook is not None:
-            return [max(0.0, float(self.hook(diff, trajectory, task))) for task in self.tasks]
+            return [max(0.0, float(self.hook(diff, trajectory, task))) for task in tasks]
+        rare = self._rare
+
+        def overlap(query: set[str], ws: set[str]) -> float:
+            return sum(self._idf.get(w, rare) for w in query & ws)
+
         text = " ".join(f"{k} {v or ''}" for k, v in diff.ops.items())
         query = words(text.replace(":", " ").replace("-", " "))
-        lexical = [self._overlap(query, i) for i in range(len(self.tasks))]
+        lexical = [overlap(query, ws) for ws in prompt_words]
         if not any(lexical) and trajectory:
             origin = set().union(*(words(t.prompt) for t in trajectory))
-            lexical = [self._overlap(origin, i) for i in range(len(self.tasks))]
+            lexical = [overlap(origin, ws) for ws in prompt_words]
         if self.group_key is not None:
             groups = {t.meta.get(self.group_key) for t in trajectory} - {None}
             top = max(lexical, default=0.0) + 1.0
             lexical = [v + (top if t.meta.get(self.group_key) in groups else 0.0)
-                       for v, t in zip(lexical, self.tasks)]
+                       for v, t in zip(lexical, tasks)]
         return lexical
+
+
+def _cut(scores: Sequence[float], best: float) -> list[float]:
+    floor = AFFECTED_SHARE * best
+    return [s if s > 0 and s >= floor else 0.0 for s in scores]

@@ -134,7 +134,7 @@ class TaskWalk:
         """``diff`` was committed: the train tasks it plausibly affects are presumed solved."""
         if self._relevance is None:
             return
-        scores = self._relevance.scores(diff, trajectory)
+        scores = self._relevance.affected(diff, trajectory)
         with self._lock:
             for task, score in zip(self._train, scores):
                 if score > 0 and self._last.get(task.id, 0.0) < 1.0:

@@ -265,6 +265,7 @@ class RecordingAggregator(Aggregator):
         full = PairedTest(len(held), self.config.false_accept_rate, self.config.max_regressions)
         for i, (c, h) in enumerate(zip(cand, head)):
             full.add(i, c, h)
+        certain = self.measurer.noise.deterministic  # the rule the run's own decision used
         self._log.append({
             "version": prepared.head_version,
             "ops": len(prepared.candidate.ops),
@@ -277,7 +278,8 @@ class RecordingAggregator(Aggregator):
             "e_value": acc.e_value,
             "gains": acc.gains,
             "losses": acc.losses,
-            "full_accept": full.verdict().accept,
+            "certain": certain,
+            "full_accept": full.verdict(certain=certain).accept,
             "truly_better": sum(cand) > sum(head) + 1e-9,
             "good": all(self._inst.correct(k, v) for k, v in prepared.candidate.ops.items()),
             "some_good": any(self._inst.correct(k, v) for k, v in prepared.candidate.ops.items()),
