@@ -259,13 +259,13 @@ class Measurer:
                 or not any(i not in affected for i in rest))
             decision = test.verdict(self._room(rest, head_scores, prepared) if rest else None, futile,
                                     certain=self.noise.deterministic, covered=covered)
+            # Refused for want of evidence where whether the evaluation is deterministic
+            # decides it: find out now, on the candidate's own scored tasks.
             if (decision.settled and not decision.accept and covered and decision.gains and not decision.losses
-                    and self.noise.state == "unknown"):
-                # It would be refused for want of evidence, and whether the evaluation is
-                # deterministic is what decides it: find out now, on its own discordant pairs.
-                if self._probe(aid, prepared, candidate_state, cand_scores, head_scores):
-                    decision = test.verdict(self._room(rest, head_scores, prepared) if rest else None, futile,
-                                            certain=self.noise.deterministic, covered=covered)
+                    and self.noise.state == "unknown"
+                    and self._probe(aid, prepared, candidate_state, cand_scores, head_scores)):
+                decision = test.verdict(self._room(rest, head_scores, prepared) if rest else None, futile,
+                                        certain=self.noise.deterministic, covered=covered)
             if decision.settled:
                 break
         scored = len(cand_scores)
