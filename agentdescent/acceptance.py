@@ -160,17 +160,28 @@ class PairedTest:
 
     def best_completion(self, room: Sequence[float]) -> float:
         """The e-value if each unscored task gained its ``room`` (``1 - head``, or 1 when unknown)."""
-        logs = [w + sum(math.log1p(lam * r) for r in room if r > 0) for w, lam in zip(self._log_wealth, self.bets)]
-        return math.exp(_log_mean_exp(logs))
+        return self.best_completion_logs(self.room_logs(room))
+
+    def room_logs(self, room: Sequence[float]) -> list[float]:
+        """Per stake, ``sum(log(1 + lam * r))`` over ``room``: what `best_completion_logs` adds."""
+        return [sum(math.log1p(lam * r) for r in room if r > 0) for lam in self.bets]
+
+    def best_completion_logs(self, room_logs: Sequence[float]) -> float:
+        """`best_completion` from the per-stake log sums of the room (a caller that keeps them summed)."""
+        return math.exp(_log_mean_exp([w + r for w, r in zip(self._log_wealth, room_logs)]))
 
     def verdict(self, room: Sequence[float] | None = None, futile: str | None = None, *,
-                certain: bool = False, covered: bool = False) -> AcceptanceDecision:
+                certain: bool = False, covered: bool = False, room_logs: Sequence[float] | None = None
+                ) -> AcceptanceDecision:
         """Whether the evaluation can stop, given the pairs so far.
 
         Args:
             room: for each unscored task, the largest gain it could still show (``1 -
                 head score``, or 1.0 when the head's score is not known); None when every
                 task is scored. Used for exact curtailment.
+            room_logs: instead of ``room``, its per-stake log sums (`room_logs`), for a
+                caller that keeps them incrementally; None with ``room`` None means every
+                task is scored.
             futile: why the caller judges further tasks not worth scoring (the futility
                 rule: the tasks the diff plausibly affects are all scored and a sample of
                 the others showed no gain), or None. A futile evaluation that has not
@@ -188,33 +199,37 @@ class PairedTest:
         e = self.e_value()
         c_mean = self._sum_c / n if n else 0.0
         h_mean = self._sum_h / n if n else 0.0
-        complete = not room
+        if room_logs is None and room:
+            room_logs = self.room_logs(room)
+        complete = room_logs is None
         over = self.max_regressions is not None and self.regressions > self.max_regressions
 
         def decide(settled: bool, accept: bool, reason: str) -> AcceptanceDecision:
             return AcceptanceDecision(settled, accept, e, self.threshold, n, self.gains, self.losses,
                                       self.regressions, self.net_gain, c_mean, h_mean, reason)
 
-        counts = (f"{self.gains} gain(s), {self.losses} loss(es) on {n} of {self.n_tasks} task(s); "
-                  f"E={e:.3g} vs {self.threshold:.3g}")
+        def counts() -> str:
+            return (f"{self.gains} gain(s), {self.losses} loss(es) on {n} of {self.n_tasks} task(s); "
+                    f"E={e:.3g} vs {self.threshold:.3g}")
+
         if over:
             return decide(True, False, f"regresses {self.regressions} held-out task(s) the head passes "
-                                       f"(tolerated: {self.max_regressions}); {counts}")
+                                       f"(tolerated: {self.max_regressions}); {counts()}")
         if e >= self.threshold and self.net_gain > 1e-12:
-            return decide(True, True, f"paired test passed: {counts} "
+            return decide(True, True, f"paired test passed: {counts()} "
                                       f"(false-accept rate {self.false_accept_rate:g})")
         if certain and (covered or complete) and self.net_gain > 1e-12:
             return decide(True, True, f"deterministic evaluation: a net gain of {self.net_gain:.3g} with no "
-                                      f"regression; {counts}")
+                                      f"regression; {counts()}")
         if complete:
             what = "no held-out gain" if self.net_gain <= 1e-12 else "not enough held-out evidence"
-            return decide(True, False, f"{what}: {counts}")
-        if self.best_completion(room) < self.threshold:
-            return decide(True, False, f"cannot pass even if every unscored task gains: {counts}")
+            return decide(True, False, f"{what}: {counts()}")
+        if self.best_completion_logs(room_logs) < self.threshold:
+            return decide(True, False, f"cannot pass even if every unscored task gains: {counts()}")
         if futile is not None:
             what = "no held-out gain" if self.net_gain <= 1e-12 else "not enough held-out evidence"
-            return decide(True, False, f"{what} ({futile}): {counts}")
-        return decide(False, False, f"undecided: {counts}")
+            return decide(True, False, f"{what} ({futile}): {counts()}")
+        return decide(False, False, "undecided")
 
 
 def evaluation_order(n_tasks: int, relevance: Sequence[float], seed: int, random_share: float = 0.25) -> list[int]:

@@ -111,8 +111,8 @@ class AggregatorConfig:
         coverage_sample: in a deterministic evaluation, tasks beyond the affected ones a
             candidate must be scored on (no regression among them) before it is accepted.
         self_verify_gate: drop a candidate before any held-out call when every card behind
-            it self-verified and none improved the task it was proposed from (GEPA's
-            minibatch gate; the self-verify never counts as acceptance evidence).
+            it self-verified and none improved the task it was proposed from (a minibatch
+            gate; the self-verify never counts as acceptance evidence).
         rank_by: how contradictions and fusion choices are ranked: ``"evidence"`` (the
             self-verify delta, then arrival: no evaluation spent) or ``"cheap"`` (the cheap
             subset's score first, the rule before issue 19; with a union that does not beat
@@ -781,7 +781,7 @@ class Aggregator:
                 self._committed[(prepared.artifact_id, version)] = (
                     prepared.candidate, [t for c in prepared.contributors for t in c.trajectory_refs])
                 self.scoreboard.commit(prepared.artifact_id, base_version, version, measurement.candidate_scores,
-                                       measurement.projected, measurement.affected)
+                                       measurement.projected, measurement.touched)
             else:
                 self.scoreboard.commit(prepared.artifact_id, base_version, version, {},
                                        affected=set(range(self.scoreboard.n_tasks)))

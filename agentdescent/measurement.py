@@ -17,6 +17,7 @@ the diff.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -128,6 +129,36 @@ class Measurement:
     n: int = 0  # held-out tasks in all
     projected: dict[int, float] = field(default_factory=dict)  # unscored affected tasks, estimated
     affected: set[int] = field(default_factory=set)  # the tasks the diff plausibly changes
+    #: the tasks whose earlier scores the commit may have changed (``affected``; every task
+    #: when the evaluator does not name its tasks and nothing can be ranked)
+    touched: set[int] = field(default_factory=set)
+
+
+class _Room:
+    """The curtailment bound's terms along one candidate's order, summed from the back once.
+
+    For each stake, ``log(1 + lam * room)`` of every task in the order, as suffix sums, so
+    the bound over the unscored tasks (a suffix) or over the next few (a slice) costs one
+    subtraction per stake instead of a pass over the tasks: a look stays O(stakes).
+    """
+
+    def __init__(self, test: PairedTest, order: Sequence[int], room: Sequence[float]) -> None:
+        self.size = len(order)
+        self._suffix = []
+        for lam in test.bets:
+            sums = [0.0] * (self.size + 1)
+            for j in range(self.size - 1, -1, -1):
+                r = room[j]
+                sums[j] = sums[j + 1] + (math.log1p(lam * r) if r > 0 else 0.0)
+            self._suffix.append(sums)
+
+    def between(self, start: int, stop: int) -> list[float]:
+        """Per stake, the log terms of the tasks at positions ``start..stop-1`` of the order."""
+        return [s[start] - s[stop] for s in self._suffix]
+
+    def after(self, start: int) -> list[float] | None:
+        """Per stake, the log terms of every task from position ``start`` on (None: none left)."""
+        return self.between(start, self.size) if start < self.size else None
 
 
 class Measurer:
@@ -236,13 +267,16 @@ class Measurer:
         relevance = self._relevance_of(prepared)
         order = evaluation_order(n, relevance, seed % (2**63), cfg.random_share)
         affected = {i for i in range(n) if relevance[i] > 0}
+        ranked = self.relevance is not None
+        touched = affected if ranked else set(range(n))
         test = PairedTest(n, cfg.false_accept_rate, cfg.max_regressions)
+        room = _Room(test, order, self._room(order, {}, prepared))
         cand_scores: dict[int, float] = {}
         head_scores: dict[int, float] = {}
-        decision = test.verdict(self._room(order, head_scores, prepared))
+        decision = test.verdict(room_logs=room.after(0))
         start = 0
         while start < n:
-            batch = self._next_batch(test, order[start:], prepared) if cfg.sequential else n
+            batch = self._next_batch(test, room, start) if cfg.sequential else n
             indices = order[start:start + batch]
             start += len(indices)
             cand = dict(zip(indices, (float(x) for x in self.evaluator.held_out_subset(aid, candidate_state, indices))))
@@ -253,19 +287,17 @@ class Measurer:
             cand_scores.update(cand)
             head_scores.update(head)
             rest = order[start:]
-            futile = self._futile(rest, affected, cand_scores, head_scores) if rest else None
+            futile = self._futile(rest, affected, cand_scores, head_scores) if rest and ranked else None
             covered = not any(i in affected for i in rest) and (
                 sum(i not in affected for i in cand_scores) >= cfg.coverage_sample
                 or not any(i not in affected for i in rest))
-            decision = test.verdict(self._room(rest, head_scores, prepared) if rest else None, futile,
-                                    certain=self.noise.deterministic, covered=covered)
+            decision = test.verdict(None, futile, room_logs=room.after(start), certain=self.noise.deterministic, covered=covered)
             # Refused for want of evidence where whether the evaluation is deterministic
             # decides it: find out now, on the candidate's own scored tasks.
             if (decision.settled and not decision.accept and covered and decision.gains and not decision.losses
                     and self.noise.state == "unknown"
                     and self._probe(aid, prepared, candidate_state, cand_scores, head_scores)):
-                decision = test.verdict(self._room(rest, head_scores, prepared) if rest else None, futile,
-                                        certain=self.noise.deterministic, covered=covered)
+                decision = test.verdict(None, futile, room_logs=room.after(start), certain=self.noise.deterministic, covered=covered)
             if decision.settled:
                 break
         scored = len(cand_scores)
@@ -278,7 +310,7 @@ class Measurer:
                 self.counters["futility_stops"] += 1
             if decision.accept:
                 projected = self._project(prepared, affected, cand_scores, head_scores)
-        return Measurement(cand_scores, head_scores, decision, scored, n, projected, affected)
+        return Measurement(cand_scores, head_scores, decision, scored, n, projected, affected, touched)
 
     def _project(self, prepared: Prepared, affected: set[int], cand: Mapping[int, float],
                  head: Mapping[int, float]) -> dict[int, float]:
@@ -294,12 +326,11 @@ class Measurer:
         base = estimate.reward
         return {i: known.get(i, base) + gain for i in affected if i not in cand}
 
-    def _next_batch(self, test: PairedTest, rest: Sequence[int], prepared: Prepared) -> int:
+    def _next_batch(self, test: PairedTest, room: _Room, start: int) -> int:
         """``eval_batch``, or fewer when fewer tasks (all gains) would already pass: no overshoot."""
-        limit = min(self.config.eval_batch, len(rest))
-        room = self._room(rest[:limit], {}, prepared)
+        limit = min(self.config.eval_batch, room.size - start)
         for k in range(1, limit):
-            if test.best_completion(room[:k]) >= test.threshold:
+            if test.best_completion_logs(room.between(start, start + k)) >= test.threshold:
                 return k
         return limit
 

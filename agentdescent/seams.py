@@ -2,7 +2,7 @@
 
 Every seam of the package (`agentdescent.allocator.AllocatorPolicy`,
 `agentdescent.aggregator.Evaluator`, `agentdescent.model.Provider`, the ledger, the
-clock...) is a small base class in the style of Optuna's: its **required** members are
+clock...) is a small base class: its **required** members are
 named in one tuple (``REQUIRED``), its **optional** ones (``OPTIONAL``) are declared on
 the class with a default. A subclass inherits the defaults. A duck-typed object (one that
 does not subclass the base) is accepted too: `adopt` checks it against ``REQUIRED`` (the

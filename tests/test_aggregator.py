@@ -51,7 +51,8 @@ def _tasks(text: str) -> set[str]:
 class TableEvaluator(Evaluator):
     """Scores a state from the effects its values name. Deterministic and counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, named: bool = True) -> None:
+        self.held_out_tasks = [Task(t, t) for t in HELD_OUT] if named else None
         self.held_out_calls = 0
         self.cheap_calls = 0
         self.fail_held_out = False
@@ -173,7 +174,7 @@ def make(
     agg = Aggregator(
         ledger,
         evaluator,
-        config,
+        config if config is not None else TABLE,
         get_policy(policy) if policy else None,
         allocator,
         **kwargs,
@@ -187,6 +188,14 @@ def step_one(agg: Aggregator, *cards: EvidenceCard) -> MergeReport:
     reports = agg.step()
     assert len(reports) == 1
     return reports[0]
+
+
+TABLE = AggregatorConfig(rescore="deterministic")
+CHEAP_RANKED = replace(TABLE, rank_by="cheap")
+
+
+def table_config(**knobs: Any) -> AggregatorConfig:
+    return replace(TABLE, **knobs)
 
 
 GOOD_A = effect("h2,h3,h4,c1", nonce="A")
@@ -315,7 +324,7 @@ def test_union_that_beats_the_head_goes_forward_without_a_tournament():
 
 
 def test_tournament_gate_closed_means_no_tournament():
-    cfg = AggregatorConfig(fusion_tournament=True)
+    cfg = table_config(fusion_tournament=True)
     _, agg, _, _ = make(config=cfg, tournament_gate=lambda: False)
     report = step_one(agg, card({"ka": GOOD_A}), card({"kb": GOOD_B}))
     assert report.fused
@@ -339,7 +348,7 @@ def test_oversized_by_ops_is_reported_and_not_observed():
 
 
 def test_oversized_by_chars_is_reported_and_not_observed():
-    cfg = AggregatorConfig(trust_region_chars=100)
+    cfg = table_config(trust_region_chars=100)
     _, agg, _, alloc = make(config=cfg)
     report = step_one(agg, card({"k": effect("h2", nonce="x" * 100)}))
     assert report.outcome is MergeOutcome.OVERSIZED
@@ -472,7 +481,7 @@ TIE_B = effect("h5,h6,h7,c1", nonce="B")
 
 def _set_aside_b(pool_draw: int = 2) -> tuple[Any, Aggregator, VerifyingEvaluator, RecordingAllocator, EvidenceCard]:
     """Step 1: A commits (v2) and B, which still helps on its own tasks, is pooled."""
-    cfg = AggregatorConfig(fusion_tournament=True, pool_draw=pool_draw)
+    cfg = table_config(fusion_tournament=True, pool_draw=pool_draw)
     ledger, agg, ev, alloc = make(config=cfg, evaluator=VerifyingEvaluator())
     b = card({"kb": TIE_B}, delta=0.1, advantage=-0.7, refs=["h5"])
     report = step_one(agg, card({"ka": TIE_A}, delta=0.3, refs=["h2"]), b)
@@ -516,7 +525,7 @@ def test_an_artifact_without_new_cards_draws_nothing():
 
 
 def test_a_stale_discarded_card_is_retried_once_the_head_has_moved_and_commits():
-    ledger, agg, _, alloc = make(config=AggregatorConfig(alpha_tail=2))
+    ledger, agg, _, alloc = make(config=table_config(alpha_tail=2))
     ledger.commit(ART, {"kx": effect("", "c1", nonce="breaker")}, 1)  # head v2 breaks c1
     stale = card({"ka": effect("h2,h3,h4,c1", nonce="S")}, base=1)
     # step 1: one version stale, rebased, no cheap gain while c1 is broken: discarded
@@ -551,7 +560,7 @@ def _move_head(ledger: Any) -> None:
 @pytest.mark.parametrize("retries", [1, 2])
 def test_a_retried_card_that_no_longer_helps_is_not_retried_past_pool_retries(retries):
     # P helps a little but breaks what Q fixes; Q wins the tournament, P is set aside.
-    cfg = AggregatorConfig(fusion_tournament=True, alpha_tail=8, pool_retries=retries)
+    cfg = table_config(fusion_tournament=True, alpha_tail=8, pool_retries=retries)
     ledger, agg, _, _ = make(config=cfg)
     p = card({"kp": effect("c1", "c2,c3", nonce="P")}, delta=0.3)
     q = card({"kq": effect("h2,h3,h4,c2,c3", nonce="Q"), "n1": NEUTRAL}, delta=0.1)
@@ -692,9 +701,9 @@ PINNED_BEFORE_THE_POOL = [
 
 
 def test_pool_draw_0_reproduces_the_merges_from_before_the_pool():
-    before = _story_outcomes(AggregatorConfig(pool_draw=0))
+    before = _story_outcomes(table_config(pool_draw=0))
     assert before == PINNED_BEFORE_THE_POOL
-    assert _story_outcomes(AggregatorConfig()) != before  # the stories do exercise the pool
+    assert _story_outcomes(table_config()) != before  # the stories do exercise the pool
 
 
 # --------------------------------------------------------------------------- acceptance, L1
@@ -729,7 +738,7 @@ def test_a_tie_with_a_positive_self_verify_is_below_threshold_by_default():
 
 def test_l1_tie_passing_acceptance_is_oracle_rejected():
     # with the pre-0.2 rule opted in, the self-verify breaks the tie; the L1 oracle still refuses it
-    ledger, agg, _, alloc = make(blast=0.6, config=AggregatorConfig(self_verify_counts=True))
+    ledger, agg, _, alloc = make(blast=0.6, config=table_config(self_verify_counts=True))
     tie = card({"k": NEUTRAL}, delta=0.25)  # equal on held-out, self-verify says +0.25
     report = step_one(agg, tie)
     assert report.outcome is MergeOutcome.ORACLE_REJECTED
@@ -742,7 +751,7 @@ def test_l1_tie_passing_acceptance_is_oracle_rejected():
 
 def test_the_same_tie_on_an_l2_artifact_commits():
     # the control for the test above: only the oracle gate differs (the risk of the opt-in)
-    _, agg, _, _ = make(blast=0.3, config=AggregatorConfig(self_verify_counts=True))
+    _, agg, _, _ = make(blast=0.3, config=table_config(self_verify_counts=True))
     report = step_one(agg, card({"k": NEUTRAL}, delta=0.25))
     assert report.outcome is MergeOutcome.COMMITTED
 
@@ -808,7 +817,7 @@ def test_cas_retry_never_overwrites_a_key_the_winner_wrote(op):
     inner = MemoryLedger()
     inner.register(ART, {"slot": NEUTRAL}, 0.2)
     ledger = SameKeyRival(inner, rivals=1)
-    agg = Aggregator(ledger, TableEvaluator(), AggregatorConfig(self_verify_counts=True), allocator=RecordingAllocator())
+    agg = Aggregator(ledger, TableEvaluator(), table_config(self_verify_counts=True), allocator=RecordingAllocator())
     # deleting the neutral slot is harmless but the (opted-in) tie-break carries it; writing GOOD_A helps
     step_one(agg, card({"slot": op}, delta=0.5))
     assert ledger.head(ART)[1].get("slot") == GOOD_B  # the winner's value survives
@@ -817,7 +826,7 @@ def test_cas_retry_never_overwrites_a_key_the_winner_wrote(op):
 
 def test_cas_attempts_is_a_knob():
     ledger = RivalLedger(MemoryLedger(), rivals=4)
-    _, agg, _, _ = make(ledger=ledger, config=AggregatorConfig(cas_attempts=5))
+    _, agg, _, _ = make(ledger=ledger, config=table_config(cas_attempts=5))
     report = step_one(agg, card({"ka": GOOD_A}))
     assert report.outcome is MergeOutcome.COMMITTED
     assert report.committed_version == 6
@@ -850,7 +859,7 @@ def _scenario(outcome: MergeOutcome) -> tuple[Aggregator, RecordingAllocator, li
     elif outcome is MergeOutcome.ORACLE_REJECTED:
         # under the evidence rule acceptance already demands a held-out gain, so only the
         # opted-in pre-0.2 rule lets a tie reach the oracle gate
-        _, agg, _, alloc = make(blast=0.6, config=AggregatorConfig(self_verify_counts=True))
+        _, agg, _, alloc = make(blast=0.6, config=table_config(self_verify_counts=True))
         cards = [card({"k": NEUTRAL}, delta=0.25)]
     elif outcome is MergeOutcome.CAS_CONFLICT:
         _, agg, _, alloc = make(ledger=RivalLedger(MemoryLedger(), rivals=99))
@@ -884,7 +893,7 @@ def test_exactly_once_feedback_for_measured_outcomes_and_none_otherwise(outcome)
 def test_without_an_allocator_nothing_breaks():
     ledger = MemoryLedger()
     ledger.register(ART, {}, 0.2)
-    agg = Aggregator(ledger, TableEvaluator())
+    agg = Aggregator(ledger, TableEvaluator(), TABLE)
     agg.ingest(card({"ka": GOOD_A}))
     (report,) = agg.step()
     assert report.outcome is MergeOutcome.COMMITTED
@@ -918,7 +927,7 @@ def test_fused_commit_attribution_skips_a_card_dropped_in_a_conflict():
 
 def test_tournament_single_winner_reports_its_own_card():
     # P helps a little but breaks what Q fixes; Q alone beats P and beats the union.
-    cfg = AggregatorConfig(fusion_tournament=True)
+    cfg = table_config(fusion_tournament=True)
     _, agg, _, alloc = make(config=cfg)
     p = card({"kp": effect("c1", "c2,c3", nonce="P")}, advantage=0.9, delta=0.3)
     q = card({"kq": effect("h2,h3,h4,c2,c3", nonce="Q"), "n1": NEUTRAL, "n2": NEUTRAL},
@@ -936,7 +945,7 @@ def test_tournament_single_winner_reports_its_own_card():
 
 
 def test_tournament_union_winner_reports_the_first_contributor():
-    cfg = AggregatorConfig(fusion_tournament=True)
+    cfg = table_config(fusion_tournament=True)
     _, agg, _, alloc = make(config=cfg)
     a = card({"ka": GOOD_A}, advantage=0.4)
     b = card({"kb": GOOD_B}, advantage=2.0)
@@ -1153,7 +1162,7 @@ def test_property_exactly_once_feedback(steps, tournament, verifying, pool_draw,
         ledger.register(aid, {}, radius)
     alloc = RecordingAllocator()
     evaluator = VerifyingEvaluator() if verifying else TableEvaluator()
-    config = AggregatorConfig(fusion_tournament=tournament, pool_draw=pool_draw, pool_retries=pool_retries)
+    config = table_config(fusion_tournament=tournament, pool_draw=pool_draw, pool_retries=pool_retries)
     agg = Aggregator(ledger, evaluator, config, allocator=alloc)
     n = 0
     all_reports: list[MergeReport] = []
@@ -1199,7 +1208,7 @@ def test_property_exactly_once_feedback(steps, tournament, verifying, pool_draw,
             own = {(c.advantage, c.diff.size()) for c in (*batch, *pooled_before)
                    if c.diff.target == report.artifact_id}
             assert (ctx.advantage, ctx.size) in own
-            assert ctx.size <= AggregatorConfig().trust_region_ops
+            assert ctx.size <= table_config().trust_region_ops
             assert report.accepted is not None and report.p_improve is not None
         for report in reports:
             if not report.outcome.measured:
@@ -1251,7 +1260,7 @@ def test_a_verified_no_gain_diff_stays_out_of_a_union(gated):
 
     ledger = MemoryLedger()
     ledger.register("art", {}, 0.2)
-    agg = Aggregator(ledger, _KeyEvaluator(), AggregatorConfig(fusion_requires_evidence=gated))
+    agg = Aggregator(ledger, _KeyEvaluator(), table_config(fusion_requires_evidence=gated))
     agg.ingest(_card("good-a", {"a": "1"}, 1.0))
     agg.ingest(_card("good-b", {"b": "2"}, 1.0))
     agg.ingest(_card("neutral", {"zzz": "wrong"}, 0.0))  # verified, no gain, invisible on held-out
@@ -1270,7 +1279,7 @@ def test_a_skipped_self_verify_is_not_held_against_a_card():
 
     ledger = MemoryLedger()
     ledger.register("art", {}, 0.2)
-    agg = Aggregator(ledger, _KeyEvaluator())
+    agg = Aggregator(ledger, _KeyEvaluator(), TABLE)
     agg.ingest(_card("good-a", {"a": "1"}, 1.0))
     agg.ingest(_card("skipped-b", {"b": "2"}, 0.0, verified=False))  # the budget skipped it
     [report] = agg.step()
