@@ -8,18 +8,21 @@ prints, per seed:
 - model calls and tokens twice: the library's run meter (``result.usage``) and the
   ``usage`` the server itself put in its HTTP replies (read off the wire by an
   ``httpx2`` response hook, independently of the adapter);
-- every commit with the held-out scores of the head before and after it (the same
-  held-out tasks, as the aggregator measured them) and the rule it added;
-- the proposals the agent refused, by kind (``LLMAgent.stats()``), and the merge
-  outcomes;
+- every commit with the paired test's numbers (held-out tasks scored, gains, losses, the
+  e-value against its threshold ``1 / false_accept_rate``) and the head's held-out scores
+  before and after it on the tasks both versions were scored on, and the rule it added;
+- every measured refusal with the test's reason, the merge outcomes, and what the noise
+  monitor learned (``result.counters["noise"]``: deterministic or noisy, re-draws,
+  disagreement rate);
+- the proposals the agent refused, by kind (``LLMAgent.stats()``);
 - the wall time.
 
-``--old-rule`` also runs the pre-0.2 acceptance rule (the self-verify delta counts as
-evidence, so ties can commit) for comparison.
+Run it at the model's sampling temperature and at 0 (``--temperature``) to see the test
+treat a sampled model as noisy and a greedy one as deterministic::
 
     ../shared/local-llm/serve.sh      # SmolLM2-135M-Instruct on 127.0.0.1:8090
     python bench/real_model.py --base-url http://127.0.0.1:8090/v1 --model smollm2-135m \\
-        --api-key local --seeds 0 --json bench/results/real_model.json
+        --api-key local --seeds 0 --temperature 0.7 --json bench/results/real_model_t07.json
 
 Needs the ``openai`` extra and a running server; nothing else leaves the machine.
 """
@@ -99,7 +102,7 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def run_once(args: argparse.Namespace, seed: int, old_rule: bool) -> dict[str, Any]:
+def run_once(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     import httpx2
 
     wire = WireUsage()
@@ -113,7 +116,7 @@ def run_once(args: argparse.Namespace, seed: int, old_rule: bool) -> dict[str, A
         made.append(Aggregator(*a, **kw))
         return made[-1]
 
-    config = AggregatorConfig(self_verify_counts=old_rule)
+    config = AggregatorConfig(false_accept_rate=args.false_accept_rate)
     start = time.monotonic()
     result = evolve(load_tasks(args.tasks), reward, agent=agent, rounds=args.rounds, n_workers=args.workers,
                     max_concurrency=args.workers, seed=seed, stratify="category", held_out_frac=0.4,
@@ -122,26 +125,33 @@ def run_once(args: argparse.Namespace, seed: int, old_rule: bool) -> dict[str, A
     seconds = time.monotonic() - start
     client.close()
     aggregator = made[0]
-    commits = []
+    board = aggregator.scoreboard
+    commits, refusals = [], []
     for info in result.history:
         for report in info.reports:
-            if report.outcome is not MergeOutcome.COMMITTED or report.committed_version is None:
-                continue
-            v = report.committed_version
-            before = aggregator.cached_head_scores(ARTIFACT, v - 1) or []
-            after = aggregator.cached_head_scores(ARTIFACT, v) or []
-            pairs = list(zip(before, after))
-            commits.append({
-                "round": info.index, "version": v, "fused": report.fused, "p_improve": report.p_improve,
-                "rule": " | ".join(x for x in (report.accepted.ops.values() if report.accepted else ()) if x),
-                "before": before, "after": after,
-                "before_mean": _mean(before), "after_mean": _mean(after),
-                "better": sum(b > a for a, b in pairs), "worse": sum(b < a for a, b in pairs),
-                "tie": bool(before) and before == after,
-            })
+            if report.outcome is MergeOutcome.COMMITTED and report.committed_version is not None:
+                v = report.committed_version
+                before = board.measured(ARTIFACT, v - 1)
+                after = board.measured(ARTIFACT, v)
+                both = sorted(set(before) & set(after))
+                pairs = [(before[i], after[i]) for i in both]
+                commits.append({
+                    "round": info.index, "version": v, "fused": report.fused, "p_improve": report.p_improve,
+                    "reason": report.reason,
+                    "rule": " | ".join(x for x in (report.accepted.ops.values() if report.accepted else ()) if x),
+                    "tasks_compared": len(both), "before_mean": _mean([a for a, _ in pairs]),
+                    "after_mean": _mean([b for _, b in pairs]),
+                    "better": sum(b > a for a, b in pairs), "worse": sum(b < a for a, b in pairs),
+                })
+            elif report.outcome in (MergeOutcome.BELOW_THRESHOLD, MergeOutcome.ORACLE_REJECTED):
+                refusals.append({"round": info.index, "outcome": report.outcome.value, "reason": report.reason,
+                                 "p_improve": report.p_improve,
+                                 "rule": " | ".join(x for x in (report.accepted.ops.values()
+                                                                if report.accepted else ()) if x)})
     snap = result.usage.snapshot()
+    counters = result.counters
     return {
-        "seed": seed, "rule": "old (self-verify counts)" if old_rule else "evidence rule",
+        "seed": seed, "temperature": args.temperature, "false_accept_rate": args.false_accept_rate,
         "calls": snap["calls"], "prompt_tokens": snap["prompt_tokens"],
         "completion_tokens": snap["completion_tokens"], "tokens": snap["total_tokens"],
         "server_calls": wire.calls, "server_prompt_tokens": wire.prompt_tokens,
@@ -149,8 +159,10 @@ def run_once(args: argparse.Namespace, seed: int, old_rule: bool) -> dict[str, A
         "server_replies_without_usage": wire.without_usage,
         "phases": result.usage.by_phase(), "agent": agent.stats(),
         "initial": result.initial_reward, "final": result.final_reward,
-        "held_out": len(aggregator.cached_head_scores(ARTIFACT, 1) or []),
-        "commits": commits, "tie_commits": sum(c["tie"] for c in commits),
+        "held_out": board.n_tasks, "noise": counters.get("noise", {}),
+        "held_out_tasks_scored": counters.get("merge_held_out_tasks_scored", 0),
+        "held_out_tasks_saved": counters.get("merge_held_out_tasks_saved", 0),
+        "commits": commits, "refusals": refusals,
         "outcomes": result.outcomes(), "rounds": len(result.history),
         "seconds": round(seconds, 1), "error": result.error, "stop_reason": result.stop_reason,
         "rendered": result.rendered,
@@ -159,42 +171,53 @@ def run_once(args: argparse.Namespace, seed: int, old_rule: bool) -> dict[str, A
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [f"model {args.model} at {args.base_url}; {args.tasks.name}; rounds {args.rounds}, "
-             f"workers {args.workers}, per-call limit {args.call_tokens} tokens, temperature {args.temperature}", ""]
-    lines += ["| seed | rule | held-out start → end | commits (ties) | calls: library / server "
-              "| tokens: library / server | seconds |",
-              "|---|---|---|---|---|---|---|"]
+             f"workers {args.workers}, per-call limit {args.call_tokens} tokens, temperature {args.temperature}, "
+             f"false_accept_rate {args.false_accept_rate}", ""]
+    lines += ["| seed | held-out start → end (estimate) | commits | refused | noise | held-out tasks scored / "
+              "saved | calls: library / server | tokens: library / server | seconds |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        noise = r["noise"]
+        rate = noise.get("disagreement_rate")
+        what = f"{noise.get('state', '?')}" + (f" ({rate:.2f} of {noise.get('agreements', 0) + noise.get('disagreements', 0)}"
+                                               " re-draws differ)" if rate is not None else "")
         lines.append(
-            f"| {r['seed']} | {r['rule']} | {r['initial']:.3f} → {r['final']:.3f} | "
-            f"{len(r['commits'])} ({r['tie_commits']}) | {r['calls']} / {r['server_calls']} | "
-            f"{r['tokens']} / {r['server_tokens']} | {r['seconds']} |")
+            f"| {r['seed']} | {r['initial']:.3f} → {r['final']:.3f} | {len(r['commits'])} | {len(r['refusals'])} | "
+            f"{what} | {r['held_out_tasks_scored']} / {r['held_out_tasks_saved']} | {r['calls']} / "
+            f"{r['server_calls']} | {r['tokens']} / {r['server_tokens']} | {r['seconds']} |")
     lines += ["", "Tokens, library / server: prompt and completion; by phase (library):"]
     for r in rows:
         phases = ", ".join(f"{k} {v}" for k, v in r["phases"].items())
-        lines.append(f"- seed {r['seed']}, {r['rule']}: prompt {r['prompt_tokens']} / {r['server_prompt_tokens']}, "
+        lines.append(f"- seed {r['seed']}: prompt {r['prompt_tokens']} / {r['server_prompt_tokens']}, "
                      f"completion {r['completion_tokens']} / {r['server_completion_tokens']}; {phases}")
     lines += ["", "Proposals: the agent's verdict on each reply (LLMAgent.stats()):", "",
-              "| seed | rule | proposals | rules | NONE | " + " | ".join(REFUSAL_KINDS) + " | solves cut off |",
-              "|---|---|---|---|---|" + "---|" * len(REFUSAL_KINDS) + "---|"]
+              "| seed | proposals | rules | NONE | " + " | ".join(REFUSAL_KINDS) + " | solves cut off |",
+              "|---|---|---|---|" + "---|" * len(REFUSAL_KINDS) + "---|"]
     for r in rows:
         a = r["agent"]
-        lines.append(f"| {r['seed']} | {r['rule']} | {a['proposals']} | {a['rules']} | {a['declined']} | "
+        lines.append(f"| {r['seed']} | {a['proposals']} | {a['rules']} | {a['declined']} | "
                      + " | ".join(str(a[k]) for k in REFUSAL_KINDS) + f" | {a['solves_truncated']} of {a['solves']} |")
     lines += ["", "Merge outcomes:"]
     for r in rows:
         outcomes = ", ".join(f"{k} {v}" for k, v in r["outcomes"].items() if v) or "none"
-        lines.append(f"- seed {r['seed']}, {r['rule']}: {outcomes}; stop: {r['stop_reason']}"
+        lines.append(f"- seed {r['seed']}: {outcomes}; stop: {r['stop_reason']}"
                      + (f"; error: {r['error']}" if r["error"] else ""))
-    lines += ["", "Commits (the head's held-out mean before → after, on the same tasks; tasks better / worse):"]
+    lines += ["", "Commits (the paired test's reason; the head's held-out mean before → after on the tasks both "
+              "versions were scored on):"]
     if not any(r["commits"] for r in rows):
         lines.append("- none")
     for r in rows:
         for c in r["commits"]:
-            tag = " TIE" if c["tie"] else ""
-            p = f", p_improve {c['p_improve']:.3f}" if c["p_improve"] is not None else ""
-            lines.append(f"- seed {r['seed']}, {r['rule']}, round {c['round']} → v{c['version']}: "
-                         f"{c['before_mean']:.3f} → {c['after_mean']:.3f} over {len(c['after'])} tasks "
-                         f"({c['better']} better, {c['worse']} worse{p}){tag}: {c['rule'][:120]!r}")
+            lines.append(f"- seed {r['seed']}, round {c['round']} → v{c['version']}: {c['reason']}; "
+                         f"{c['before_mean']:.3f} → {c['after_mean']:.3f} over {c['tasks_compared']} task(s) "
+                         f"({c['better']} better, {c['worse']} worse): {c['rule'][:120]!r}")
+    lines += ["", "Refusals (measured candidates the test did not accept):"]
+    if not any(r["refusals"] for r in rows):
+        lines.append("- none")
+    for r in rows:
+        for c in r["refusals"]:
+            lines.append(f"- seed {r['seed']}, round {c['round']}, {c['outcome']}: {c['reason'][:200]}; "
+                         f"rule {c['rule'][:80]!r}")
     return "\n".join(lines)
 
 
@@ -209,18 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--call-tokens", type=int, default=48, help="per-call limit on each reply (LLMAgent max_tokens)")
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--old-rule", action="store_true", help="also run the pre-0.2 rule on every seed")
+    parser.add_argument("--false-accept-rate", type=float, default=0.05,
+                        help="AggregatorConfig.false_accept_rate (default 0.05)")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     rows = []
     for seed in seeds:
-        for old in ([False, True] if args.old_rule else [False]):
-            row = run_once(args, seed, old)
-            rows.append(row)
-            print(f"  seed {seed} {row['rule']}: {len(row['commits'])} commit(s), {row['calls']} calls, "
-                  f"{row['seconds']}s", file=sys.stderr)
+        row = run_once(args, seed)
+        rows.append(row)
+        print(f"  seed {seed}: {len(row['commits'])} commit(s), {len(row['refusals'])} refused, "
+              f"noise {row['noise'].get('state')}, {row['calls']} calls, {row['seconds']}s", file=sys.stderr)
     print(render(rows, args))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

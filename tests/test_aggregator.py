@@ -5,6 +5,10 @@ and the tasks it breaks (``"e:<solves>:<breaks>:<nonce>"``, comma-separated task
 breaks win over solves). Held-out tasks are ``h0..h9``, the cheap subset ``c0..c3``,
 and every state solves ``h0, h1, c0`` to begin with. So a test reads as a story:
 "this diff solves three held-out tasks and one cheap task", "that one breaks c0".
+
+A table cannot draw again, so the tests declare it deterministic (`TABLE`): a held-out
+gain with no regression then commits once a sample of the held-out tasks is scored. The
+tests of the cheap-score ranking say so (`CHEAP_RANKED`); the others rank on the evidence.
 """
 
 from __future__ import annotations
@@ -48,10 +52,26 @@ def _tasks(text: str) -> set[str]:
     return {t for t in text.split(",") if t}
 
 
-class TableEvaluator(Evaluator):
-    """Scores a state from the effects its values name. Deterministic and counted."""
+#: The table evaluator's config: deterministic, declared so (a net held-out gain with no
+#: regression is accepted once ``coverage_sample`` tasks are scored, without E >= 20).
+TABLE = AggregatorConfig(rescore="deterministic")
+#: The same, with contradictions and fusion ranked on the cheap score (``rank_by="cheap"``).
+CHEAP_RANKED = replace(TABLE, rank_by="cheap")
 
-    def __init__(self, named: bool = True) -> None:
+
+def table_config(**knobs: Any) -> AggregatorConfig:
+    """`TABLE` with some knobs changed."""
+    return replace(TABLE, **knobs)
+
+
+class TableEvaluator(Evaluator):
+    """Scores a state from the effects its values name. Deterministic and counted.
+
+    ``named``: the evaluator names its held-out tasks (``held_out_tasks``, prompts = ids),
+    so the acceptance test can rank them by relevance (a diff naming ``h3`` affects ``h3``).
+    """
+
+    def __init__(self, named: bool = False) -> None:
         self.held_out_tasks = [Task(t, t) for t in HELD_OUT] if named else None
         self.held_out_calls = 0
         self.cheap_calls = 0
@@ -190,14 +210,6 @@ def step_one(agg: Aggregator, *cards: EvidenceCard) -> MergeReport:
     return reports[0]
 
 
-TABLE = AggregatorConfig(rescore="deterministic")
-CHEAP_RANKED = replace(TABLE, rank_by="cheap")
-
-
-def table_config(**knobs: Any) -> AggregatorConfig:
-    return replace(TABLE, **knobs)
-
-
 GOOD_A = effect("h2,h3,h4,c1", nonce="A")
 GOOD_B = effect("h5,h6,h7,c2", nonce="B")
 NEUTRAL = effect(nonce="neutral")
@@ -223,19 +235,32 @@ def test_fakes_satisfy_the_protocols():
 
 def test_default_config_matches_the_issue():
     cfg = AggregatorConfig()
-    assert (cfg.base_delta, cfg.alpha_head, cfg.alpha_tail) == (0.5, 5, 1)
+    assert (cfg.false_accept_rate, cfg.alpha_head, cfg.alpha_tail) == (0.05, 5, 1)
     assert (cfg.trust_region_ops, cfg.trust_region_chars, cfg.cas_attempts) == (6, 32000, 3)
-    assert cfg.fusion_tournament is False
+    assert cfg.fusion_tournament is False and cfg.fusion_requires_evidence is True
+    assert (cfg.max_regressions, cfg.evidence_pool_size) == (0, 256)
     assert (cfg.pool_draw, cfg.pool_retries) == (2, 1)
-    _, agg, _, _ = make()
+    assert (cfg.sequential, cfg.eval_batch, cfg.random_share) == (True, 4, 0.25)
+    assert (cfg.group_key, cfg.relevance) == (None, None)
+    assert (cfg.rescore, cfg.noise_probe, cfg.rescore_draws, cfg.coverage_sample) == ("auto", 16, 2, 4)
+    assert (cfg.self_verify_gate, cfg.rank_by) == (True, "evidence")
+    assert (cfg.head_sample, cfg.futility_sample) == (16, 4)
+    for removed in ("base_delta", "self_verify_counts", "futility", "min_eval_fraction"):
+        assert not hasattr(cfg, removed)
+    ledger = MemoryLedger()
+    ledger.register(ART, {}, 0.2)
+    agg = Aggregator(ledger, TableEvaluator())
+    assert agg.config == cfg
     assert agg.staleness_policy.name == "guarded"
+    assert agg.noise.state == "unknown"  # the default evaluator has to earn "deterministic"
+    assert Aggregator(ledger, TableEvaluator(), TABLE).noise.state == "deterministic"
 
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"base_delta": 0.0}, {"base_delta": 0.7}, {"alpha_head": -1}, {"cas_attempts": 0},
+    [{"false_accept_rate": 0.0}, {"false_accept_rate": 0.7}, {"alpha_head": -1}, {"cas_attempts": 0},
      {"trust_region_ops": 0}, {"max_regressions": -1}, {"pool_draw": -1}, {"pool_draw": 1.5},
-     {"pool_retries": 0}],
+     {"pool_retries": 0}, {"rescore": "sometimes"}, {"rank_by": "best"}, {"coverage_sample": -1}],
 )
 def test_bad_config_is_refused_naming_the_knob(kwargs):
     (name,) = kwargs
@@ -263,17 +288,23 @@ def test_complementary_diffs_fuse_and_commit_together(any_ledger):
     assert report.conflicts_dropped == 0
     assert report.committed_version == 2
     assert report.accepted is not None and report.accepted.ops == {"ka": GOOD_A, "kb": GOOD_B}
-    assert report.p_improve is not None and report.p_improve > 0.99
+    assert "deterministic evaluation" in report.reason
     history = ledger.history(ART)
     assert [e.version for e in history] == [1, 2]  # one commit for both diffs
     assert history[-1].state == {"ka": GOOD_A, "kb": GOOD_B}
-    assert history[-1].meta["fused"] is True
-    assert history[-1].meta["contributors"] == [a.diff.diff_id, b.diff.diff_id]
+    meta = history[-1].meta
+    assert meta["fused"] is True
+    assert meta["contributors"] == [a.diff.diff_id, b.diff.diff_id]
+    assert meta["gains"] >= 1 and meta["losses"] == 0 and meta["scored"] < len(HELD_OUT)
+    assert meta["e_value"] > 1
+    # p_improve is the e-value's confidence, on the report and in the ledger alike
+    assert report.p_improve == pytest.approx(1 - 1 / meta["e_value"]) == meta["p_improve"]
     assert [committed for _, committed in alloc.calls] == [True]
+    assert alloc.calls[0][0].p_improve == report.p_improve
 
 
 def test_contradiction_keeps_the_better_on_the_cheap_score():
-    ledger, agg, _, alloc = make()
+    ledger, agg, ev, alloc = make(config=CHEAP_RANKED)
     weak = card({"slot": effect("h2", nonce="weak")})  # no cheap gain, arrives first
     strong = card({"slot": GOOD_A})
     other = card({"kb": GOOD_B})
@@ -283,24 +314,43 @@ def test_contradiction_keeps_the_better_on_the_cheap_score():
     assert report.fused
     _, state = ledger.head(ART)
     assert state == {"slot": GOOD_A, "kb": GOOD_B}
+    assert ev.cheap_calls > 0
+    assert list(agg.evidence_pool) == [weak]  # the weaker side keeps its evidence
+
+
+def test_contradiction_ranked_on_the_evidence_keeps_the_larger_self_verify_delta():
+    # rank_by="evidence" (the default): no cheap evaluation; the self-verify delta decides,
+    # even against the card the cheap score would prefer
+    ledger, agg, ev, _ = make()
+    cheap_better = card({"slot": GOOD_A}, delta=0.1)
+    better_evidence = card({"slot": effect("h2,h3", nonce="claimed")}, delta=0.6)
+    report = step_one(agg, cheap_better, better_evidence)
+    assert report.outcome is MergeOutcome.COMMITTED and not report.fused
+    assert report.conflicts_dropped == 1
+    assert report.accepted == better_evidence.diff
+    assert ledger.head(ART)[1] == {"slot": better_evidence.diff.ops["slot"]}
+    assert ev.cheap_calls == 0 and agg.counters["cheap_evals"] == 0
+    assert list(agg.evidence_pool) == [cheap_better]
 
 
 def test_contradicting_pair_alone_commits_the_better_single():
-    ledger, agg, _, _ = make()
-    report = step_one(agg, card({"slot": GOOD_A}), card({"slot": effect("h2", nonce="weak")}))
+    ledger, agg, _, _ = make(config=CHEAP_RANKED)
+    report = step_one(agg, card({"slot": effect("h2", nonce="weak")}), card({"slot": GOOD_A}))
     assert report.outcome is MergeOutcome.COMMITTED
     assert not report.fused
     assert report.conflicts_dropped == 1
     assert ledger.head(ART)[1] == {"slot": GOOD_A}
 
 
+HARMFUL = effect("", "c0,h0", nonce="X")  # breaks a held-out task the head passes, and c0
+
+
 def test_harmful_diff_fused_with_a_helpful_one_is_left_out():
     # X cancels A's cheap gain (A solves c1, X breaks c0): the union ties the head on
     # the cheap score, so the singles are ranked and A goes forward alone.
-    harmful = effect("", "c0,h0", nonce="X")
-    ledger, agg, _, alloc = make()
+    ledger, agg, _, alloc = make(config=CHEAP_RANKED)
     helpful_card = card({"ka": GOOD_A}, delta=0.1)
-    harmful_card = card({"kx": harmful}, delta=0.5)  # even with the better self-verify claim
+    harmful_card = card({"kx": HARMFUL}, delta=0.5)  # even with the better self-verify claim
     report = step_one(agg, harmful_card, helpful_card)
     assert report.outcome is MergeOutcome.COMMITTED
     assert not report.fused
@@ -315,6 +365,18 @@ def test_harmful_diff_fused_with_a_helpful_one_is_left_out():
     assert [(ctx.advantage, c) for ctx, c in alloc.calls] == [(helpful_card.advantage, True)]
 
 
+def test_harmful_diff_in_a_union_ranked_on_the_evidence_is_refused_by_its_regression():
+    # rank_by="evidence": the union goes forward unranked; scored on every task, the
+    # paired test sees the regression X causes (h0): nothing harmful is committed
+    ledger, agg, ev, alloc = make(config=table_config(sequential=False))
+    report = step_one(agg, card({"kx": HARMFUL}, delta=0.5), card({"ka": GOOD_A}, delta=0.1))
+    assert report.fused and report.outcome is MergeOutcome.BELOW_THRESHOLD
+    assert "regresses 1 held-out task" in report.reason
+    assert ledger.head(ART)[0] == 1
+    assert agg.counters["tournaments_on_demand"] == 0 and ev.cheap_calls == 0
+    assert [c for _, c in alloc.calls] == [False]
+
+
 def test_union_that_beats_the_head_goes_forward_without_a_tournament():
     _, agg, _, _ = make()
     report = step_one(agg, card({"ka": GOOD_A}), card({"kb": GOOD_B}))
@@ -324,7 +386,7 @@ def test_union_that_beats_the_head_goes_forward_without_a_tournament():
 
 
 def test_tournament_gate_closed_means_no_tournament():
-    cfg = table_config(fusion_tournament=True)
+    cfg = replace(CHEAP_RANKED, fusion_tournament=True)
     _, agg, _, _ = make(config=cfg, tournament_gate=lambda: False)
     report = step_one(agg, card({"ka": GOOD_A}), card({"kb": GOOD_B}))
     assert report.fused
@@ -473,15 +535,15 @@ def test_staleness_is_measured_over_the_whole_version_vector():
 # --------------------------------------------------------------------------- drawing on the evidence pool
 
 # Two diffs that both solve the cheap task c1 and differ only on held-out tasks: in a
-# tournament the union ties the singles on the cheap score, so the better self-verify
-# claim (A) goes forward alone and B is set aside into the pool.
+# tournament ranked on the cheap score the union ties the singles, so the better
+# self-verify claim (A) goes forward alone and B is set aside into the pool.
 TIE_A = effect("h2,h3,h4,c1", nonce="A")
 TIE_B = effect("h5,h6,h7,c1", nonce="B")
 
 
 def _set_aside_b(pool_draw: int = 2) -> tuple[Any, Aggregator, VerifyingEvaluator, RecordingAllocator, EvidenceCard]:
     """Step 1: A commits (v2) and B, which still helps on its own tasks, is pooled."""
-    cfg = table_config(fusion_tournament=True, pool_draw=pool_draw)
+    cfg = replace(CHEAP_RANKED, fusion_tournament=True, pool_draw=pool_draw)
     ledger, agg, ev, alloc = make(config=cfg, evaluator=VerifyingEvaluator())
     b = card({"kb": TIE_B}, delta=0.1, advantage=-0.7, refs=["h5"])
     report = step_one(agg, card({"ka": TIE_A}, delta=0.3, refs=["h2"]), b)
@@ -560,7 +622,7 @@ def _move_head(ledger: Any) -> None:
 @pytest.mark.parametrize("retries", [1, 2])
 def test_a_retried_card_that_no_longer_helps_is_not_retried_past_pool_retries(retries):
     # P helps a little but breaks what Q fixes; Q wins the tournament, P is set aside.
-    cfg = table_config(fusion_tournament=True, alpha_tail=8, pool_retries=retries)
+    cfg = replace(CHEAP_RANKED, fusion_tournament=True, alpha_tail=8, pool_retries=retries)
     ledger, agg, _, _ = make(config=cfg)
     p = card({"kp": effect("c1", "c2,c3", nonce="P")}, delta=0.3)
     q = card({"kq": effect("h2,h3,h4,c2,c3", nonce="Q"), "n1": NEUTRAL}, delta=0.1)
@@ -713,10 +775,12 @@ def test_no_improvement_is_below_threshold():
     ledger, agg, _, alloc = make()
     report = step_one(agg, card({"k": NEUTRAL}, delta=None))
     assert report.outcome is MergeOutcome.BELOW_THRESHOLD
-    assert report.p_improve == pytest.approx(0.5, abs=1e-9)
+    assert report.p_improve == 0.0  # no discordant pair: E stays 1, confidence 1 - 1/E = 0
+    assert "E=1 vs 20" in report.reason
     assert report.accepted is not None
     assert ledger.head(ART)[0] == 1
     assert [c for _, c in alloc.calls] == [False]
+    assert agg.counters["pooled_for_evidence"] == 0  # no gain: nothing worth keeping
 
 
 def test_held_out_regression_is_below_threshold():
@@ -727,38 +791,147 @@ def test_held_out_regression_is_below_threshold():
     assert ledger.head(ART)[0] == 1
 
 
-def test_a_tie_with_a_positive_self_verify_is_below_threshold_by_default():
-    ledger, agg, _, alloc = make()
+@pytest.mark.parametrize("config", [TABLE, AggregatorConfig()], ids=["deterministic", "auto"])
+@pytest.mark.parametrize("blast", [0.2, 0.6], ids=["L2", "L1"])
+def test_a_tie_never_commits_whatever_the_self_verify_says(config, blast):
+    ledger, agg, _, alloc = make(blast=blast, config=config)
     report = step_one(agg, card({"k": NEUTRAL}, delta=0.25))  # equal on held-out, self-verify +0.25
     assert report.outcome is MergeOutcome.BELOW_THRESHOLD
-    assert "no held-out gain" in report.reason or "stopped after" in report.reason
+    assert report.p_improve == 0.0
+    assert "0 gain(s), 0 loss(es)" in report.reason and "E=1 vs 20" in report.reason
     assert ledger.head(ART)[0] == 1
     assert [c for _, c in alloc.calls] == [False]
+    assert alloc.calls[0][0].blast_radius == pytest.approx(blast)
 
 
-def test_l1_tie_passing_acceptance_is_oracle_rejected():
-    # with the pre-0.2 rule opted in, the self-verify breaks the tie; the L1 oracle still refuses it
-    ledger, agg, _, alloc = make(blast=0.6, config=table_config(self_verify_counts=True))
-    tie = card({"k": NEUTRAL}, delta=0.25)  # equal on held-out, self-verify says +0.25
-    report = step_one(agg, tie)
+def _solves_per_its_text(diff: Diff, trajectory: Sequence[Task], task: Task) -> float:
+    """A relevance ranking that sees the tasks a diff's values solve and misses the ones they break."""
+    solves = set().union(*(_tasks(v.split(":")[1]) for v in diff.ops.values() if v and v.startswith("e:")))
+    return 1.0 if task.id in solves else 0.0
+
+
+#: An evaluation that accepts on the diff's affected tasks alone (one task per look, no
+#: coverage sample) with a ranking blind to what the diff breaks: only the L1 oracle
+#: gate's full comparison can see the damage.
+PARTIAL_VIEW = table_config(relevance=_solves_per_its_text, coverage_sample=0, eval_batch=1)
+TRAP = effect("h2", "h0,h1", nonce="trap")  # solves h2, breaks the two tasks the head passes
+
+
+def _trap(blast: float) -> tuple[Any, Aggregator, TableEvaluator, RecordingAllocator]:
+    return make(blast=blast, config=PARTIAL_VIEW, evaluator=TableEvaluator(named=True))
+
+
+def test_an_accepted_l1_candidate_is_refused_by_the_oracle_gate_on_the_full_held_out_means():
+    ledger, agg, _, alloc = _trap(0.6)
+    report = step_one(agg, card({"k": TRAP}))
     assert report.outcome is MergeOutcome.ORACLE_REJECTED
-    assert report.p_improve is not None and report.p_improve > 0.5054  # acceptance passed
-    assert "L1 oracle" in report.reason
+    assert "L1 oracle gate" in report.reason
+    assert "0.1000 over all 10 task(s)" in report.reason and "0.2000" in report.reason
+    assert report.p_improve is not None and 0 < report.p_improve < 0.95  # accepted without E >= 20
+    assert agg.counters["accepted_early"] == 1  # on the one affected task...
+    assert agg.counters["held_out_tasks_scored"] == len(HELD_OUT)  # ...then the gate scored the rest
     assert ledger.head(ART)[0] == 1
     assert [c for _, c in alloc.calls] == [False]
     assert alloc.calls[0][0].blast_radius == pytest.approx(0.6)
 
 
-def test_the_same_tie_on_an_l2_artifact_commits():
-    # the control for the test above: only the oracle gate differs (the risk of the opt-in)
-    _, agg, _, _ = make(blast=0.3, config=table_config(self_verify_counts=True))
-    report = step_one(agg, card({"k": NEUTRAL}, delta=0.25))
+def test_the_same_candidate_on_an_l2_artifact_commits():
+    # the control for the test above: only the oracle gate differs (the risk of a partial view)
+    ledger, agg, _, _ = _trap(0.3)
+    report = step_one(agg, card({"k": TRAP}))
     assert report.outcome is MergeOutcome.COMMITTED
+    assert agg.counters["held_out_tasks_scored"] == 1
+    assert TableEvaluator.solved(ledger.head(ART)[1]) & {"h0", "h1"} == set()
 
 
-def test_l1_strict_improvement_commits():
-    _, agg, _, _ = make(blast=0.6)
+@pytest.mark.parametrize(("blast", "full"), [(0.6, True), (0.2, False)], ids=["L1", "L2"])
+def test_a_strict_improvement_commits_and_only_l1_pays_for_every_held_out_task(blast, full):
+    _, agg, _, _ = make(blast=blast)
     assert step_one(agg, card({"ka": GOOD_A})).outcome is MergeOutcome.COMMITTED
+    scored, saved = agg.counters["held_out_tasks_scored"], agg.counters["held_out_tasks_saved"]
+    assert scored + saved == len(HELD_OUT)
+    assert (scored == len(HELD_OUT)) is full and (saved > 0) is not full
+
+
+# --------------------------------------------------------------------------- the gate, sequential evaluation
+
+
+@pytest.mark.parametrize(("cards", "gated"), [
+    ([dict(delta=0.0, verified=True)], True),  # self-verified, no gain on its own task
+    ([dict(delta=-0.2, verified=True), dict(delta=None, verified=True)], True),  # a union, none gained
+    ([dict(delta=0.0, verified=True), dict(delta=0.4, verified=True)], False),  # one card gained
+    ([dict(delta=0.0, verified=False)], False),  # the self-verify never ran: not held against it
+], ids=["single", "union", "one-gained", "not-verified"])
+def test_the_self_verify_gate_drops_a_no_gain_candidate_before_any_held_out_call(cards, gated):
+    ledger, agg, ev, alloc = make()
+    values = [GOOD_A, GOOD_B]
+    report = step_one(agg, *(card({f"k{i}": values[i]}, **kw) for i, kw in enumerate(cards)))
+    if gated:
+        assert report.outcome is MergeOutcome.BELOW_THRESHOLD
+        assert "self-verify gate" in report.reason
+        assert report.accepted is not None and report.p_improve is None
+        assert agg.counters["gate_dropped"] == 1
+        assert ev.held_out_calls == 0 and agg.counters["held_out_evals"] == 0
+        assert alloc.calls == []  # nothing was measured, so nothing is reported
+        assert ledger.head(ART)[0] == 1
+    else:
+        assert report.outcome is MergeOutcome.COMMITTED  # the diffs do help on held-out
+        assert agg.counters["gate_dropped"] == 0 and ev.held_out_calls > 0
+        assert [c for _, c in alloc.calls] == [True]
+
+
+def test_with_the_gate_off_a_no_gain_self_verify_is_measured_like_any_candidate():
+    ledger, agg, ev, alloc = make(config=table_config(self_verify_gate=False))
+    report = step_one(agg, card({"ka": GOOD_A}, delta=0.0, verified=True))
+    assert report.outcome is MergeOutcome.COMMITTED  # the held-out test, not the self-verify, decides
+    assert agg.counters["gate_dropped"] == 0
+    assert ev.held_out_calls > 0 and agg.counters["held_out_evals"] == 1
+    assert [c for _, c in alloc.calls] == [True]
+
+
+SOLVES_ALL = effect(",".join(HELD_OUT[2:]) + ",c1", nonce="all")  # every task the head fails
+
+
+def test_a_sequential_evaluation_stops_once_the_test_settles():
+    _, agg, _, _ = make()
+    report = step_one(agg, card({"k": SOLVES_ALL}))
+    assert report.outcome is MergeOutcome.COMMITTED
+    batch = TABLE.eval_batch  # the first look already covers coverage_sample tasks, all gains or ties
+    assert agg.counters["held_out_tasks_scored"] == batch
+    assert agg.counters["held_out_tasks_saved"] == len(HELD_OUT) - batch > 0
+    assert agg.counters["accepted_early"] == 1
+
+
+def test_sequential_false_scores_every_task_before_deciding():
+    ledger, agg, _, _ = make(config=table_config(sequential=False))
+    report = step_one(agg, card({"k": SOLVES_ALL}))
+    assert report.outcome is MergeOutcome.COMMITTED
+    assert agg.counters["held_out_tasks_scored"] == len(HELD_OUT)
+    assert agg.counters["held_out_tasks_saved"] == 0
+    assert agg.counters["accepted_early"] == 0
+    assert ledger.history(ART)[-1].meta["scored"] == len(HELD_OUT)
+
+
+def test_an_evaluator_that_cannot_draw_again_needs_the_e_value_threshold():
+    # the default rescore="auto" with an evaluator without rescore(): the noise state stays
+    # "unknown", so a commit needs E >= 1/false_accept_rate = 20 (about six clean gains)
+    ledger, agg, _, alloc = make(config=AggregatorConfig())
+    few = card({"ka": GOOD_A})  # three clean gains cannot reach 20
+    report = step_one(agg, few)
+    assert report.outcome is MergeOutcome.BELOW_THRESHOLD and report.p_improve < 0.95
+    assert agg.noise.state == "unknown"
+    assert agg.counters["pooled_for_evidence"] == 1 and agg.evidence_pool == (few,)
+    many = card({"k": SOLVES_ALL})
+    report = step_one(agg, many)  # the pooled card is drawn and fused with it
+    assert report.outcome is MergeOutcome.COMMITTED and report.fused
+    meta = ledger.history(ART)[-1].meta
+    assert meta["contributors"] == [many.diff.diff_id, few.diff.diff_id]
+    assert meta["e_value"] >= 20 and meta["gains"] >= 6 and meta["losses"] == 0
+    assert report.p_improve == pytest.approx(1 - 1 / meta["e_value"])
+    assert report.p_improve >= 0.95
+    assert "paired test passed" in report.reason
+    assert agg.noise.state == "unknown"
+    assert [c for _, c in alloc.calls] == [False, True]
 
 
 # --------------------------------------------------------------------------- CAS
@@ -807,6 +980,9 @@ class SameKeyRival(RivalLedger):
         return self.inner.commit(artifact_id, new_state, base_version, meta=meta)
 
 
+BLOCKER = effect("", ",".join(HELD_OUT) + ",c0", nonce="blocker")  # breaks every held-out task
+
+
 @pytest.mark.parametrize("op", [GOOD_A, None], ids=["write", "delete"])
 def test_cas_retry_never_overwrites_a_key_the_winner_wrote(op):
     """Re-applying the diff must not silently replace the winner's value of the same key.
@@ -815,13 +991,17 @@ def test_cas_retry_never_overwrites_a_key_the_winner_wrote(op):
     ``slot`` would erase the rival's committed (and never compared) value.
     """
     inner = MemoryLedger()
-    inner.register(ART, {"slot": NEUTRAL}, 0.2)
+    inner.register(ART, {"slot": BLOCKER, "rules": SOLVES_ALL}, 0.2)  # the head fails every task
     ledger = SameKeyRival(inner, rivals=1)
-    agg = Aggregator(ledger, TableEvaluator(), table_config(self_verify_counts=True), allocator=RecordingAllocator())
-    # deleting the neutral slot is harmless but the (opted-in) tie-break carries it; writing GOOD_A helps
-    step_one(agg, card({"slot": op}, delta=0.5))
+    alloc = RecordingAllocator()
+    agg = Aggregator(ledger, TableEvaluator(), TABLE, allocator=alloc)
+    # on the old head both gain every held-out task: writing GOOD_A over the blocker, or deleting it
+    report = step_one(agg, card({"slot": op}, delta=0.5))
+    assert report.outcome is MergeOutcome.CAS_CONFLICT
     assert ledger.head(ART)[1].get("slot") == GOOD_B  # the winner's value survives
     assert len(ledger.history(ART)) == 2
+    assert ledger.attempts == 1  # no second attempt on a head whose key the winner wrote
+    assert [c for _, c in alloc.calls] == [False]
 
 
 def test_cas_attempts_is_a_knob():
@@ -857,10 +1037,10 @@ def _scenario(outcome: MergeOutcome) -> tuple[Aggregator, RecordingAllocator, li
         _, agg, _, alloc = make()
         cards = [card({"k": NEUTRAL}, delta=None)]
     elif outcome is MergeOutcome.ORACLE_REJECTED:
-        # under the evidence rule acceptance already demands a held-out gain, so only the
-        # opted-in pre-0.2 rule lets a tie reach the oracle gate
-        _, agg, _, alloc = make(blast=0.6, config=table_config(self_verify_counts=True))
-        cards = [card({"k": NEUTRAL}, delta=0.25)]
+        # acceptance demands a held-out gain, so only a partial view of the held-out set
+        # lets a harmful candidate reach the oracle gate (see PARTIAL_VIEW)
+        _, agg, _, alloc = _trap(0.6)
+        cards = [card({"k": TRAP})]
     elif outcome is MergeOutcome.CAS_CONFLICT:
         _, agg, _, alloc = make(ledger=RivalLedger(MemoryLedger(), rivals=99))
         cards = [card({"ka": GOOD_A})]
@@ -916,8 +1096,8 @@ def test_fused_commit_reports_the_first_contributors_original_card():
 
 def test_fused_commit_attribution_skips_a_card_dropped_in_a_conflict():
     _, agg, _, alloc = make()
-    loser = card({"slot": effect("h2", nonce="weak")}, advantage=9.0)
-    winner = card({"slot": GOOD_A}, advantage=0.7)
+    loser = card({"slot": effect("h2", nonce="weak")}, advantage=9.0, delta=0.05)
+    winner = card({"slot": GOOD_A}, advantage=0.7, delta=0.3)  # the better self-verify
     partner = card({"kb": GOOD_B}, advantage=-1.0)
     report = step_one(agg, loser, winner, partner)
     assert report.fused and report.conflicts_dropped == 1
@@ -927,7 +1107,7 @@ def test_fused_commit_attribution_skips_a_card_dropped_in_a_conflict():
 
 def test_tournament_single_winner_reports_its_own_card():
     # P helps a little but breaks what Q fixes; Q alone beats P and beats the union.
-    cfg = table_config(fusion_tournament=True)
+    cfg = replace(CHEAP_RANKED, fusion_tournament=True)
     _, agg, _, alloc = make(config=cfg)
     p = card({"kp": effect("c1", "c2,c3", nonce="P")}, advantage=0.9, delta=0.3)
     q = card({"kq": effect("h2,h3,h4,c2,c3", nonce="Q"), "n1": NEUTRAL, "n2": NEUTRAL},
@@ -945,7 +1125,7 @@ def test_tournament_single_winner_reports_its_own_card():
 
 
 def test_tournament_union_winner_reports_the_first_contributor():
-    cfg = table_config(fusion_tournament=True)
+    cfg = replace(CHEAP_RANKED, fusion_tournament=True)
     _, agg, _, alloc = make(config=cfg)
     a = card({"ka": GOOD_A}, advantage=0.4)
     b = card({"kb": GOOD_B}, advantage=2.0)
@@ -969,7 +1149,7 @@ def test_rejected_single_reports_the_selected_card():
 
 @pytest.mark.parametrize("where", ["held_out", "cheap"])
 def test_evaluator_raising_puts_the_cards_back(where):
-    ledger, agg, ev, alloc = make()
+    ledger, agg, ev, alloc = make(config=CHEAP_RANKED)  # the union is checked on the cheap score
     cards = [card({"ka": GOOD_A}), card({"kb": GOOD_B})]
     for c in cards:
         agg.ingest(c)
@@ -1094,6 +1274,7 @@ def _card_specs(draw):
         "lag": draw(st.integers(min_value=1, max_value=4)),
         "delta": draw(st.sampled_from([None, -0.2, 0.0, 0.1, 0.3])),
         "advantage": draw(st.sampled_from([None, -1.0, 0.0, 0.5, 2.0])),
+        "verified": draw(st.booleans()),  # a verified card with delta <= 0 meets the self-verify gate
     }
 
 
@@ -1116,7 +1297,8 @@ def _build(spec: dict, ledger: Any, n: int) -> EvidenceCard:
         base = max(1, head - spec["lag"])
     diff = Diff(f"p{n}", target, ops)
     refs = [Task(t, t) for t in sorted(spec["held"])]  # what a verifying evaluator re-runs on a rebase
-    return EvidenceCard(diff, {target: base}, spec["delta"], spec["advantage"], refs)
+    return EvidenceCard(diff, {target: base}, spec["delta"], spec["advantage"], refs,
+                        self_verified=spec["verified"])
 
 
 def _check_pool(agg: Aggregator, ledger: Any, ever_pooled: set[str]) -> None:
@@ -1153,19 +1335,23 @@ def _check_pool(agg: Aggregator, ledger: Any, ever_pooled: set[str]) -> None:
     ),
     tournament=st.booleans(),
     verifying=st.booleans(),
+    named=st.booleans(),
+    rank_by=st.sampled_from(["evidence", "cheap"]),
     pool_draw=st.sampled_from([0, 1, 2]),
     pool_retries=st.sampled_from([1, 2]),
 )
-def test_property_exactly_once_feedback(steps, tournament, verifying, pool_draw, pool_retries):
+def test_property_exactly_once_feedback(steps, tournament, verifying, named, rank_by, pool_draw, pool_retries):
     ledger = RivalLedger(MemoryLedger())
     for aid, radius in _ARTIFACTS.items():
         ledger.register(aid, {}, radius)
     alloc = RecordingAllocator()
-    evaluator = VerifyingEvaluator() if verifying else TableEvaluator()
-    config = table_config(fusion_tournament=tournament, pool_draw=pool_draw, pool_retries=pool_retries)
+    evaluator = (VerifyingEvaluator if verifying else TableEvaluator)(named=named)
+    config = table_config(fusion_tournament=tournament, rank_by=rank_by, pool_draw=pool_draw,
+                          pool_retries=pool_retries)
     agg = Aggregator(ledger, evaluator, config, allocator=alloc)
     n = 0
     all_reports: list[MergeReport] = []
+    observed = 0
     ever_pooled: set[str] = set()
     for specs, rivals, failure in steps:
         ledger.rivals = rivals
@@ -1179,6 +1365,7 @@ def test_property_exactly_once_feedback(steps, tournament, verifying, pool_draw,
             agg.ingest(c)
         pooled_before = agg.evidence_pool
         before = len(alloc.calls)
+        gate_before = agg.counters["gate_dropped"]
         reports = None
         if failure:
             setattr(evaluator, f"fail_{failure}", True)
@@ -1196,7 +1383,13 @@ def test_property_exactly_once_feedback(steps, tournament, verifying, pool_draw,
         if reports is None:
             reports = agg.step()
         new_calls = alloc.calls[before:]
-        measured = [r for r in reports if r.outcome.measured]
+        # the self-verify gate ends a decision before any held-out call: nothing was
+        # measured, so nothing is reported to the allocator
+        gated = [r for r in reports if r.reason.startswith("self-verify gate")]
+        assert agg.counters["gate_dropped"] - gate_before == len(gated)
+        for report in gated:
+            assert report.outcome is MergeOutcome.BELOW_THRESHOLD and report.p_improve is None
+        measured = [r for r in reports if r.outcome.measured and all(r is not g for g in gated)]
         # one report per artifact with new cards (pooled cards alone never make a report)
         assert sorted(r.artifact_id for r in reports) == sorted({c.diff.target for c in batch})
         # exactly one call per measured report, in order, with the right verdict
@@ -1208,7 +1401,7 @@ def test_property_exactly_once_feedback(steps, tournament, verifying, pool_draw,
             own = {(c.advantage, c.diff.size()) for c in (*batch, *pooled_before)
                    if c.diff.target == report.artifact_id}
             assert (ctx.advantage, ctx.size) in own
-            assert ctx.size <= table_config().trust_region_ops
+            assert ctx.size <= config.trust_region_ops
             assert report.accepted is not None and report.p_improve is not None
         for report in reports:
             if not report.outcome.measured:
@@ -1217,11 +1410,13 @@ def test_property_exactly_once_feedback(steps, tournament, verifying, pool_draw,
                 assert report.committed_version == ledger.head(report.artifact_id)[0]
         _check_pool(agg, ledger, ever_pooled)
         all_reports.extend(reports)
+        observed += len(measured)
     for report in all_reports:
         event(f"outcome: {report.outcome.value}")
+    event(f"gate_dropped: {'0' if not agg.counters['gate_dropped'] else '1 or more'}")
     for name in ("drawn", "committed", "returned", "dropped"):
         event(f"pool_{name}: {'0' if not agg.counters[f'pool_{name}'] else '1 or more'}")
-    assert len(alloc.calls) == sum(r.outcome.measured for r in all_reports)
+    assert len(alloc.calls) == observed
     assert agg.counters["allocator_observations"] == len(alloc.calls)
     assert agg.pending() == 0
     if pool_draw == 0:

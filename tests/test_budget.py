@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from agentdescent import (
+    AggregatorConfig,
     AllocateDecision,
     AllocatorContext,
     AllocatorPolicy,
@@ -164,8 +165,11 @@ def test_a_candidate_the_allocator_skips_gets_neither_self_verify_nor_evaluation
     assert sum(h.cards for h in result.history) == result.counters["cards"]  # the cards still merge
     # ... but a candidate that is not evaluated is not committed, and nothing was measured
     assert result.committed == 0 and result.counters["merge_not_evaluated"] > 0
+    # the starting head's sample, nothing more (its seeded head_sample of the held-out tasks)
     held_out = round(len(_domain().tasks) * 0.4)
-    assert result.counters["eval_rollouts"] == held_out  # the starting head's, nothing more
+    assert result.counters["eval_rollouts"] == min(AggregatorConfig().head_sample, held_out)
+    assert result.counters["merge_head_tasks_scored"] == result.counters["eval_rollouts"]
+    assert result.counters.get("merge_held_out_tasks_scored", 0) == 0
     assert alloc.observed == []
 
 
@@ -216,11 +220,20 @@ def test_real_allocator_runs_under_a_tight_budget() -> None:
 
 
 def test_tournament_runs_only_when_configured_and_affordable() -> None:
+    """The fusion tournament runs when asked for, and the governor removes it past the soft floor.
+
+    The starved run's budget is set so that the starting head's sample (``head_sample``
+    held-out tasks, not the whole held-out set) and round 1's worker steps already spend
+    past the soft floor (75 %) when round 1 merges; that merge fuses several cards, where a
+    tournament would otherwise run.
+    """
     on = evolve(**_domain().evolve_kwargs(), rounds=5, n_workers=4, fusion_tournament=True)
     assert on.counters.get("merge_tournaments", 0) > 0
     off = evolve(**_domain().evolve_kwargs(), rounds=5, n_workers=4)
     assert off.counters.get("merge_tournaments", 0) == 0
     # past the soft floor from the first round on: the governor removes the tournament
     starved = evolve(**_domain().evolve_kwargs(), rounds=5, n_workers=4, fusion_tournament=True,
-                     max_tokens=2_000)
+                     max_tokens=600)
+    assert starved.history, "round 1 ran"
+    assert any(r.fused for h in starved.history for r in h.reports)  # a merge a tournament would rank
     assert starved.counters.get("merge_tournaments", 0) == 0

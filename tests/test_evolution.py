@@ -20,6 +20,7 @@ import pytest
 
 from agentdescent import (
     AgentDescentError,
+    AggregatorConfig,
     AppendRules,
     ContractError,
     EvolutionResult,
@@ -546,6 +547,13 @@ def test_backend_retries_print_nothing_in_a_fresh_interpreter():
 
 
 def test_shuffle_false_keeps_the_positional_split_and_the_shuffle_is_seeded():
+    """``shuffle=False`` holds out the last 40 %; the shuffle repeats for a seed.
+
+    The starting head is scored on a seeded sample of ``head_sample`` held-out tasks (16 by
+    default, fewer than the 19 held out here), so the test asks for a sample as large as
+    the task list: then every held-out task is scored before any work, and a train task
+    only in a rollout (one per worker in one round).
+    """
     d = small_domain()
     seen: dict[str, set[str]] = {}
 
@@ -553,10 +561,12 @@ def test_shuffle_false_keeps_the_positional_split_and_the_shuffle_is_seeded():
         seen.setdefault("all", set()).add(task.id)
         return d.reward(task, output)
 
-    evolve(**dict(d.evolve_kwargs(), reward=reward, propose=never_propose), rounds=1, shuffle=False)
-    # without a shuffle the held-out set is the last 40 %: all of them are evaluated
+    every = AggregatorConfig(head_sample=len(d.tasks))
+    result = evolve(**dict(d.evolve_kwargs(), reward=reward, propose=never_propose), rounds=1, shuffle=False,
+                    n_workers=2, agg_config=every)
     held = {t.id for t in d.tasks[-round(len(d.tasks) * 0.4):]}
     assert held <= seen["all"]
+    assert len(seen["all"] - held) <= 2 and result.counters["eval_rollouts"] == len(held)
 
     a = evolve(**small_domain().evolve_kwargs(), rounds=3, shuffle=True, seed=5)
     b = evolve(**small_domain().evolve_kwargs(), rounds=3, shuffle=True, seed=5)

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agentdescent import (
+    AggregatorConfig,
     ContractError,
     EvolutionResult,
     LLMAgent,
@@ -226,11 +227,19 @@ KILL_AT = 22  # the first solve call from this number on dies: after the first c
 
 
 def test_a_worker_killed_mid_call(engine, backend, tmp_path):
-    """Dask reruns the dead worker's call once and the run goes on; a broken process pool ends the run."""
+    """Dask reruns the dead worker's call once and the run goes on; a broken process pool ends the run.
+
+    The toy evaluation is deterministic, and the run says so (``rescore="deterministic"``):
+    with five held-out tasks a commit rests on that (the e-value alone cannot reach its
+    threshold on so few), and a run left to find it out would spend round 1's calls
+    re-drawing scores to learn it, past `KILL_AT`. Declared, round 1 commits within its
+    first `KILL_AT` calls, so the kill lands after it.
+    """
     log_dir = tmp_path / "calls"
     log_dir.mkdir()
     ledger = MemoryLedger()
-    result = engine(**logged(log_dir, Usage(), kill_at=KILL_AT), executor=backend.executor, ledger=ledger)
+    result = engine(**logged(log_dir, Usage(), kill_at=KILL_AT), executor=backend.executor, ledger=ledger,
+                    agg_config=AggregatorConfig(rescore="deterministic"))
 
     assert helpers.killed(log_dir)
     assert_ledger_whole(result, ledger)
