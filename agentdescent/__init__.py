@@ -1,7 +1,7 @@
 """agentdescent: parallel, asynchronous self-evolution of LLM agent artifacts.
 
 Workers propose diffs to a shared, versioned artifact; an aggregator merges them
-(staleness filter, conflict resolution, fusion, Beta-posterior acceptance,
+(staleness filter, conflict resolution, fusion, paired sequential acceptance,
 compare-and-swap commit); a budget governor decides which candidates still get
 expensive evaluation as tokens run out.
 """

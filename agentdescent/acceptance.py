@@ -225,9 +225,12 @@ class PairedTest:
             what = "no held-out gain" if self.net_gain <= 1e-12 else "not enough held-out evidence"
             return decide(True, False, f"{what}: {counts()}")
         # Exact curtailment. In a deterministic evaluation a net gain accepts without E, so
-        # only a test with no room left on any unscored task is curtailed there.
-        no_room = not any(r > 0 for r in room_logs)
-        if (not certain or no_room) and self.best_completion_logs(room_logs) < self.threshold:
+        # there only a test with no gain and no room left on any unscored task is curtailed.
+        if certain:
+            curtailed = self.net_gain <= 1e-12 and not any(r > 0 for r in room_logs)
+        else:
+            curtailed = self.best_completion_logs(room_logs) < self.threshold
+        if curtailed:
             return decide(True, False, f"cannot pass even if every unscored task gains: {counts()}")
         if futile is not None:
             what = "no held-out gain" if self.net_gain <= 1e-12 else "not enough held-out evidence"

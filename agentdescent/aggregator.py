@@ -429,6 +429,7 @@ class Aggregator:
         intake.contributors = list(prepared.contributors)
         gated = self._gate(prepared)
         if gated is not None:
+            self._feedback(prepared, gated)  # measured (on the trajectory tasks) and refused
             self._settle(intake, gated)
             logger.debug("merge %s: %s (%s)", artifact_id, gated.outcome.value, gated.reason)
             return gated
@@ -451,8 +452,9 @@ class Aggregator:
 
         A candidate every card of which self-verified and none of which improved the task it
         was proposed from has shown no sign of helping: with ``self_verify_gate`` it is
-        dropped here (``merge_gate_dropped``), not evaluated and not reported to the
-        allocator (nothing was measured).
+        dropped here (``merge_gate_dropped``) without a held-out call. It ends
+        ``below-threshold`` and, like every measured rejection, is reported to the allocator
+        once (its self-verify was the measurement).
         """
         if not self.config.self_verify_gate:
             return None

@@ -47,7 +47,7 @@ class AllocatorContext:
         before_after_delta: the self-verify delta, when measured (audit only).
         advantage: group-relative z-score of the prompting rollout.
         size: number of ops in the worker's own diff.
-        p_improve: the acceptance posterior, when measured (audit only).
+        p_improve: the acceptance confidence ``1 - 1/E``, when measured (audit only).
         uncertainty: any spread the caller wants logged (audit only).
         stable_distance: versions between the card's base and the head (audit only).
         blast_radius: the artifact's blast radius.

@@ -9,7 +9,7 @@ Installed with the package, so it runs anywhere::
 (``python -m examples.run_demo`` in a checkout runs the same code.)
 
 Four workers evolve one routing skill together, merging every round through a SQLite
-ledger (staleness filter, conflict resolution, fusion, Beta-posterior acceptance,
+ledger (staleness filter, conflict resolution, fusion, paired sequential acceptance,
 compare-and-swap commit). On the same worker budget, a fork baseline gives each worker
 its own copy of the skill and keeps the best fork. No API key, no network.
 """

@@ -291,13 +291,15 @@ class Measurer:
             covered = not any(i in affected for i in rest) and (
                 sum(i not in affected for i in cand_scores) >= cfg.coverage_sample
                 or not any(i not in affected for i in rest))
-            decision = test.verdict(None, futile, room_logs=room.after(start), certain=self.noise.deterministic, covered=covered)
+            decision = test.verdict(None, futile, room_logs=room.after(start), certain=self.noise.deterministic,
+                                    covered=covered)
             # Refused for want of evidence where whether the evaluation is deterministic
             # decides it: find out now, on the candidate's own scored tasks.
             if (decision.settled and not decision.accept and covered and decision.gains and not decision.losses
                     and self.noise.state == "unknown"
                     and self._probe(aid, prepared, candidate_state, cand_scores, head_scores)):
-                decision = test.verdict(None, futile, room_logs=room.after(start), certain=self.noise.deterministic, covered=covered)
+                decision = test.verdict(None, futile, room_logs=room.after(start), certain=self.noise.deterministic,
+                                    covered=covered)
             if decision.settled:
                 break
         scored = len(cand_scores)

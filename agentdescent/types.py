@@ -324,7 +324,7 @@ class MergeReport:
         considered: cards that entered the decision.
         discarded_stale: cards dropped by the staleness policy (their evidence is pooled).
         conflicts_dropped: cards dropped as the weaker side of a contradiction.
-        p_improve: posterior probability that the candidate beats the head, when measured.
+        p_improve: the paired test's confidence ``1 - 1/E`` (E its e-value), when measured.
         committed_version: the new head version on commit.
         reason: a sentence saying why the decision went this way.
     """

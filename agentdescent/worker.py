@@ -82,10 +82,11 @@ class TaskWalk:
     train task's last rollout reward and visits the *open* tasks first — never rolled out,
     or last seen below 1 — in a seeded order, each once per pass. A commit marks the train
     tasks its diff plausibly affects (`agentdescent.relevance.Relevance`) as presumed
-    solved, so the run does not spend a rollout on each of them to find out. With
-    probability ``explore`` a step is a seeded uniform draw over every train task instead
-    (so solved and presumed-solved tasks are revisited now and then, and a regression
-    there is seen); when no task is open, every step is. One rule for both engines.
+    solved: they are left for last, after every other open task (a plausible effect is not
+    a fix), until a rollout shows what they score. With probability ``explore`` a step is a
+    seeded uniform draw over every train task instead (so solved tasks are revisited now and
+    then, and a regression there is seen); when no task is open, every step is. One rule for
+    both engines.
 
     Args:
         train: the train tasks.
@@ -108,6 +109,10 @@ class TaskWalk:
         self.skipped_presumed = 0
 
     def _open(self, task: Task) -> bool:
+        return self._last.get(task.id, 0.0) < 1.0
+
+    def _fresh(self, task: Task) -> bool:
+        """Open, and not presumed solved by a commit."""
         return task.id not in self._presumed and self._last.get(task.id, 0.0) < 1.0
 
     def next(self) -> Task:
@@ -116,10 +121,13 @@ class TaskWalk:
             if self._rng.random() >= self.explore:
                 while self._queue or any(self._open(t) for t in self._train):
                     if not self._queue:
-                        self._queue = [t for t in self._train if self._open(t)]
+                        fresh = [t for t in self._train if self._fresh(t)]
+                        self._queue = fresh or [t for t in self._train if self._open(t)]
                         self._rng.shuffle(self._queue)
                     task = self._queue.pop()
-                    if self._open(task):
+                    # A task presumed solved since it was queued waits for the last pass.
+                    if self._fresh(task) or (self._open(task) and not any(self._fresh(t) for t in self._queue)
+                                             and not any(self._fresh(t) for t in self._train)):
                         return task
             self.explored += 1
             return self._train[int(self._rng.random() * len(self._train))]

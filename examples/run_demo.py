@@ -9,8 +9,8 @@ code (`agentdescent.demo`)::
     python -m examples.run_demo --refresh-interval 4   # workers keep stale snapshots
 
 Four workers evolve one routing skill together, merging every round through a SQLite
-ledger (staleness filter, conflict resolution, fusion, Beta-posterior acceptance,
-compare-and-swap commit). On the same worker budget, a fork baseline gives each worker
+ledger (staleness filter, conflict resolution, fusion, a paired sequential acceptance
+test, compare-and-swap commit). On the same worker budget, a fork baseline gives each worker
 its own copy of the skill and keeps the best fork. No API key, no network.
 """
 

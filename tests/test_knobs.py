@@ -144,16 +144,36 @@ def test_the_engines_signatures_come_from_the_config_with_one_default_each() -> 
 
 
 @pytest.mark.parametrize(("knob", "value"), [
-    ("base_delta", "0.5"), ("base_delta", 0.0), ("base_delta", True), ("alpha_head", 2.7),
+    ("false_accept_rate", 0), ("false_accept_rate", 0.6), ("false_accept_rate", True),
+    ("false_accept_rate", "0.05"), ("false_accept_rate", float("nan")), ("alpha_head", 2.7),
     ("alpha_head", "x"), ("alpha_head", -1), ("alpha_tail", True), ("cas_attempts", "3"),
     ("cas_attempts", 0), ("trust_region_ops", 1.0), ("max_regressions", "0"), ("max_regressions", -1),
-    ("pool_draw", True), ("pool_retries", 0), ("eval_batch", 0), ("eval_batch", "4"),
-    ("futility", 1.0), ("futility", "0.05"), ("min_eval_fraction", 2), ("sequential", 1),
-    ("fusion_tournament", "yes"), ("self_verify_counts", 0), ("evidence_pool_size", 0),
+    ("pool_draw", True), ("pool_retries", 0), ("eval_batch", 0), ("eval_batch", "4"), ("sequential", 1),
+    ("fusion_tournament", "yes"), ("fusion_requires_evidence", 1), ("evidence_pool_size", 0),
+    ("random_share", 1.0), ("random_share", -0.1), ("group_key", ""), ("group_key", 3),
+    ("relevance", "by words"), ("relevance", lambda diff: 0.0),
+    ("rescore", "sometimes"), ("rescore", -1), ("rescore", 21), ("rescore", True), ("noise_probe", 0),
+    ("rescore_draws", 0), ("coverage_sample", -1), ("self_verify_gate", 1), ("rank_by", "best"),
+    ("head_sample", 0), ("futility_sample", -1), ("futility_sample", 1.5),
 ])
 def test_aggregator_config_refuses_bad_knobs(knob: str, value: Any) -> None:
     with pytest.raises(InvalidArgument, match=knob):
         AggregatorConfig(**{knob: value})
+
+
+@pytest.mark.parametrize("knob", ["base_delta", "self_verify_counts", "futility", "min_eval_fraction"])
+def test_the_knobs_of_the_old_acceptance_rule_are_gone(knob: str) -> None:
+    with pytest.raises(TypeError, match=knob):
+        AggregatorConfig(**{knob: 0.5})
+
+
+@pytest.mark.parametrize(("knob", "value"), [
+    ("false_accept_rate", 0.5), ("false_accept_rate", 1e-6), ("rescore", "deterministic"), ("rescore", 0),
+    ("rescore", 20), ("random_share", 0.0), ("coverage_sample", 0), ("rank_by", "cheap"), ("futility_sample", 0),
+    ("max_regressions", None), ("relevance", lambda diff, trajectory, task: 1.0),
+])
+def test_aggregator_config_takes_the_edges_of_each_range(knob: str, value: Any) -> None:
+    assert getattr(AggregatorConfig(**{knob: value}), knob) == value
 
 
 @pytest.mark.parametrize(("kwargs", "knob"), [
