@@ -115,6 +115,8 @@ class PairedTest:
                  pass_mark: float = 0.5, bets: Sequence[float] = DEFAULT_BETS) -> None:
         if not 0.0 < false_accept_rate < 1.0:
             raise InvalidArgument(f"false_accept_rate={false_accept_rate!r}: use a rate in (0, 1)")
+        if not 0.0 < pass_mark <= 1.0:  # also refuses NaN
+            raise InvalidArgument(f"pass_mark={pass_mark!r}: use a reward in (0, 1]")
         if not bets or any(not 0.0 < b < 1.0 for b in bets):
             raise InvalidArgument(f"bets={tuple(bets)!r}: use stakes in (0, 1)")
         self.n_tasks = n_tasks
@@ -133,8 +135,13 @@ class PairedTest:
         self._sum_c = 0.0
         self._sum_h = 0.0
 
-    def add(self, index: int, candidate: float, head: float) -> None:
-        """Record the pair of scores on held-out task ``index`` (each in [0, 1])."""
+    def add(self, index: int, candidate: float, head: float, *, regression: bool | None = None) -> None:
+        """Record the pair of scores on held-out task ``index`` (each in [0, 1]).
+
+        ``regression`` overrides whether a loss counts against ``max_regressions`` (a
+        caller that drew a would-be regression again and saw it cleared); None: the
+        scores decide (the head passes, the candidate fails).
+        """
         if index in self.scored:
             raise InvalidArgument(f"task {index} was already scored for this candidate")
         c = min(1.0, max(0.0, float(candidate)))
@@ -148,7 +155,7 @@ class PairedTest:
             self.gains += 1
         elif d < -1e-12:
             self.losses += 1
-            if h >= self.pass_mark > c:
+            if (h >= self.pass_mark > c) if regression is None else regression:
                 self.regressions += 1
         if abs(d) > 1e-12:
             for k, lam in enumerate(self.bets):

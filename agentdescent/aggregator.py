@@ -101,7 +101,8 @@ class AggregatorConfig:
             the affected ones are scored); the first disagreement makes it noisy, and every
             discordant pair is then re-scored ``rescore_draws`` more times on both sides and
             counts with its means. While unknown, only a would-be regression is re-scored
-            (once). ``"deterministic"`` declares the evaluation deterministic from the start
+            (once, and only to clear the regression guard: its difference counts as first
+            drawn, so the test stays unbiased). ``"deterministic"`` declares the evaluation deterministic from the start
             (an evaluator that cannot draw again, a table, a cached reward: nothing to learn);
             a free check that disagrees still makes it noisy. An int re-scores every
             discordant pair that many more times and never treats the evaluation as

@@ -281,9 +281,9 @@ class Measurer:
             start += len(indices)
             cand = dict(zip(indices, (float(x) for x in self.evaluator.held_out_subset(aid, candidate_state, indices))))
             head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, indices)
-            self._confirm(aid, prepared, candidate_state, cand, head)
+            regressions = self._confirm(aid, prepared, candidate_state, cand, head)
             for i in indices:
-                test.add(i, cand[i], head[i])
+                test.add(i, cand[i], head[i], regression=regressions.get(i))
             cand_scores.update(cand)
             head_scores.update(head)
             rest = order[start:]
@@ -386,8 +386,8 @@ class Measurer:
             return False
         self.counters["probe_redraws"] += 2 * len(discordant)
         for i, c, h in zip(discordant, again_c, again_h):
-            self.noise.observe((cand[i], head[i]), ([float(c)], [float(h)]),
-                               overturned=(float(c) - float(h)) * (cand[i] - head[i]) <= 0)
+            self.noise.observe_redraw(cand[i], float(c))
+            self.noise.observe_redraw(head[i], float(h))
         short = self.noise.probe - self.noise.agreements
         if self.noise.state == "unknown" and short > 0:
             others = [i for i in cand if i not in discordant]
@@ -400,9 +400,21 @@ class Measurer:
         return True
 
     def _confirm(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
-                 cand: dict[int, float], head: dict[int, float]) -> None:
-        """Re-score the batch's discordant pairs as the noise monitor says; replace them by their means."""
+                 cand: dict[int, float], head: dict[int, float]) -> dict[int, bool]:
+        """Re-score the batch's discordant pairs as the noise monitor says.
+
+        Once the evaluation is noisy (or with a fixed ``rescore``), every discordant pair is
+        drawn again on both sides and replaced by its means: symmetric in the two sides, so
+        a candidate no better than the head still shows differences of mean zero and the
+        test's rate holds. While the state is unknown only a would-be regression is drawn
+        again, and that draw may only clear the regression (so noise cannot refuse a good
+        candidate); its difference counts as first drawn, since re-drawing one kind of pair
+        only would bias the test. Returns, per re-drawn would-be regression, whether it
+        still counts as one.
+        """
         discordant = [i for i in cand if abs(cand[i] - head[i]) > 1e-12]
+        verdicts: dict[int, bool] = {}
+        symmetric = self.noise.state != "unknown"
         for i in discordant:
             regression = head[i] >= 0.5 > cand[i]
             extra = self.noise.extra_draws(regression)
@@ -411,15 +423,19 @@ class Measurer:
             again_c = self.evaluator.rescore(aid, candidate_state, [i] * extra)
             again_h = self.evaluator.rescore(aid, prepared.head_state, [i] * extra)
             if again_c is None or again_h is None:
-                return  # this evaluator cannot draw again: scores count as they came
+                return verdicts  # this evaluator cannot draw again: scores count as they came
             again_c, again_h = [float(x) for x in again_c], [float(x) for x in again_h]
             mean_c = (cand[i] + sum(again_c)) / (1 + len(again_c))
             mean_h = (head[i] + sum(again_h)) / (1 + len(again_h))
             overturned = (mean_c - mean_h) * (cand[i] - head[i]) <= 0
             self.noise.observe((cand[i], head[i]), (again_c, again_h), overturned)
             self.counters["rescored_pairs"] += 1
-            cand[i], head[i] = mean_c, mean_h
-            self.scoreboard.record(aid, prepared.head_version, {i: mean_h})
+            if symmetric:
+                cand[i], head[i] = mean_c, mean_h
+                self.scoreboard.record(aid, prepared.head_version, {i: mean_h})
+            else:
+                verdicts[i] = mean_h >= 0.5 > mean_c
+        return verdicts
 
     def complete(self, prepared: Prepared, measurement: Measurement) -> tuple[float, float]:
         """The oracle gate's full comparison: every held-out task scored on both sides (candidate, head means)."""

@@ -33,7 +33,9 @@ class NoiseMonitor:
     safe side).
 
     With ``mode="auto"``: while *unknown*, only a pair that would count as a regression is
-    drawn again (once: a noise-made regression must not refuse a good candidate); when
+    drawn again (once: a noise-made regression must not refuse a good candidate; the draw
+    may only clear the regression guard, and the pair's difference counts as first drawn,
+    since re-drawing one kind of pair only would bias the test); when
     *deterministic*, nothing is; when *noisy*, every discordant pair gets ``draws`` more
     draws per side and counts with its means. ``mode="deterministic"`` starts
     *deterministic* (the user says so) and otherwise behaves as ``"auto"``: a disagreement

@@ -171,7 +171,7 @@ operations = st.lists(
     min_size=1, max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(score_maps, operations)
 def test_commits_and_records_keep_the_books_straight(start, ops):
     """After any history: measured is never reported as inherited, the estimate is the mean of

@@ -2,8 +2,8 @@
 
 Open tasks (never rolled out, or last seen below 1) first, each once per pass in a seeded
 order; a solved task leaves the passes; a commit presumes the tasks its diff plausibly
-affects solved; ``explore`` draws uniformly over every task; and the walk resumes bit for
-bit from its `TaskWalk.state_dict`.
+affects solved, and they wait until no other open task is left; ``explore`` draws
+uniformly over every task; and the walk resumes bit for bit from its `TaskWalk.state_dict`.
 """
 
 from __future__ import annotations
@@ -139,26 +139,62 @@ def refund_diff() -> Diff:
     return Diff("d-refund", "prompt", {"rule:refund": "Explain the refund policy first"})
 
 
-def test_a_commit_presumes_the_affected_unsolved_tasks_solved():
+def test_a_commit_leaves_the_affected_unsolved_tasks_for_last():
     tasks = make_tasks(8)  # t0, t4 are about refunds
     walk = TaskWalk(tasks, 1, explore=0.0, relevance=Relevance(tasks))
     walk.observe(tasks[4], 1.0)  # already solved: not counted as presumed
     walk.note_commit(refund_diff(), [])
     assert walk.skipped_presumed == 1
-    seen = steps(walk, 40)
+    assert walk.stats() == {"walk_explored": 0, "walk_presumed_solved": 1, "walk_open": 7}
+    seen = steps(walk, 36)  # six passes over the six other open tasks
     assert "t0" not in seen and "t4" not in seen
     assert set(seen) == {t.id for t in tasks} - {"t0", "t4"}
-    assert walk.stats() == {"walk_explored": 0, "walk_presumed_solved": 1, "walk_open": 6}
+    # Once every other task is solved, the presumed one gets its rollout (and no exploration yet).
+    for t in tasks:
+        if t.id not in {"t0", "t4"}:
+            walk.observe(t, 1.0)
+    assert steps(walk, 3) == ["t0"] * 3
+    assert walk.explored == 0
 
 
 def test_a_rollout_of_a_presumed_task_replaces_the_presumption():
     tasks = make_tasks(4)
     walk = TaskWalk(tasks, 1, explore=0.0, relevance=Relevance(tasks))
     walk.note_commit(refund_diff(), [])
-    assert walk.stats()["walk_open"] == 3
+    assert "t0" not in steps(walk, 6)  # two passes over the three other tasks
     walk.observe(tasks[0], 0.0)  # an exploration step found it still failing
-    assert walk.stats()["walk_open"] == 4
-    assert "t0" in steps(walk, 4)
+    assert sorted(steps(walk, 4)) == ["t0", "t1", "t2", "t3"]  # back in the passes
+    walk.observe(tasks[0], 1.0)
+    walk.note_commit(refund_diff(), [])  # solved tasks are not presumed again
+    assert walk.skipped_presumed == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(min_value=1, max_value=12), st.integers(min_value=0, max_value=2**32),
+       st.sets(st.integers(min_value=0, max_value=11)),
+       st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=1, max_size=60))
+def test_presumed_tasks_wait_while_any_other_task_is_open(n, seed, marked, rewards):
+    tasks = make_tasks(n)
+    marked_ids = {tasks[i].id for i in marked if i < n}
+    relevance = Relevance(tasks, hook=lambda d, trajectory, task: 1.0 if task.id in marked_ids else 0.0)
+    walk = TaskWalk(tasks, seed, explore=0.0, relevance=relevance)
+    walk.note_commit(refund_diff(), [])
+    assert walk.skipped_presumed == len(marked_ids)
+    presumed, last = set(marked_ids), {}
+    for reward in rewards:
+        explored = walk.explored
+        task = walk.next()
+        open_ids = {t.id for t in tasks if last.get(t.id, 0.0) < 1.0}
+        if walk.explored > explored:
+            assert not open_ids  # exploration only when nothing is open (explore=0)
+        else:
+            assert task.id in open_ids
+            if task.id in presumed:
+                assert open_ids <= presumed  # no other open task was waiting
+        walk.observe(task, reward)
+        last[task.id] = reward
+        presumed.discard(task.id)
+    assert walk.stats()["walk_open"] == sum(last.get(t.id, 0.0) < 1.0 for t in tasks)
 
 
 def test_a_walk_without_relevance_ignores_commits():
@@ -175,7 +211,7 @@ def test_a_commit_can_use_the_trajectory_fallback():
     unrelated = Diff("d", "prompt", {"rule": "zebra"})
     walk.note_commit(unrelated, [Task("x", "about warranty")])  # t2, t6
     assert walk.skipped_presumed == 2
-    assert {"t2", "t6"}.isdisjoint(steps(walk, 30))
+    assert {"t2", "t6"}.isdisjoint(steps(walk, 36))
 
 
 # --------------------------------------------------------------------------- state
