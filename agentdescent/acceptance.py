@@ -135,13 +135,8 @@ class PairedTest:
         self._sum_c = 0.0
         self._sum_h = 0.0
 
-    def add(self, index: int, candidate: float, head: float, *, regression: bool | None = None) -> None:
-        """Record the pair of scores on held-out task ``index`` (each in [0, 1]).
-
-        ``regression`` overrides whether a loss counts against ``max_regressions`` (a
-        caller that drew a would-be regression again and saw it cleared); None: the
-        scores decide (the head passes, the candidate fails).
-        """
+    def add(self, index: int, candidate: float, head: float) -> None:
+        """Record the pair of scores on held-out task ``index`` (each in [0, 1])."""
         if index in self.scored:
             raise InvalidArgument(f"task {index} was already scored for this candidate")
         c = min(1.0, max(0.0, float(candidate)))
@@ -155,7 +150,7 @@ class PairedTest:
             self.gains += 1
         elif d < -1e-12:
             self.losses += 1
-            if (h >= self.pass_mark > c) if regression is None else regression:
+            if h >= self.pass_mark > c:
                 self.regressions += 1
         if abs(d) > 1e-12:
             for k, lam in enumerate(self.bets):

@@ -50,6 +50,9 @@ __all__ = ["Aggregator", "AggregatorConfig", "Evaluator"]
 
 logger = logging.getLogger("agentdescent.aggregator")
 
+#: Committed diffs a decision remembers (the rebase checks look this far back at most).
+REMEMBERED_COMMITS = 64
+
 
 @dataclass(frozen=True)
 class AggregatorConfig:
@@ -348,6 +351,27 @@ class Aggregator:
     def restore_pool(self, entries: Sequence[Mapping[str, Any]], tasks: Mapping[str, Task]) -> None:
         """Put back a `pool_state` (a resumed run draws on what the killed one had pooled)."""
         self.pool.restore(entries, tasks)
+
+    def memory_state_dict(self) -> dict[str, Any]:
+        """What later decisions remember of earlier ones, JSON-ready (saved with a run's progress).
+
+        The diffs committed here for the last `REMEMBERED_COMMITS` versions (with their
+        trajectory tasks' ids: the rebase checks that reuse a self-verify read them) and
+        the measurement's spot-check count, so a resumed run decides as the uninterrupted
+        one would.
+        """
+        recent = sorted(self._committed.items(), key=lambda kv: kv[0][1])[-REMEMBERED_COMMITS:]
+        return {"committed": [{"artifact": aid, "version": v, "diff": diff.to_json(),
+                               "trajectory": [t.id for t in trajectory]}
+                              for (aid, v), (diff, trajectory) in recent],
+                "clean_uses": self.measurer.clean_uses}
+
+    def load_memory_state_dict(self, state: Mapping[str, Any], tasks: Mapping[str, Task]) -> None:
+        """Put back a `memory_state_dict` (task ids no longer known are dropped)."""
+        for row in state.get("committed", []):
+            trajectory = [tasks[i] for i in row.get("trajectory", []) if i in tasks]
+            self._committed[(str(row["artifact"]), int(row["version"]))] = (Diff.from_json(row["diff"]), trajectory)
+        self.measurer.clean_uses = int(state.get("clean_uses", 0))
 
     def head_state_dict(self, artifact_id: str, version: int) -> dict[str, Any]:
         """The scores known for ``version``, JSON-ready (saved with a run's progress)."""
@@ -687,7 +711,7 @@ class Aggregator:
             return False
         base = card.base_version.get(artifact_id)
         head = self.ledger.head(artifact_id)[0]
-        if base is None or head - base > 64:
+        if base is None or head - base > REMEMBERED_COMMITS:
             return False
         relevance = self.measurer.relevance
         if relevance is None:

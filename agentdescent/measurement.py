@@ -180,7 +180,8 @@ class Measurer:
         self.noise = NoiseMonitor(config.rescore, config.noise_probe, config.rescore_draws)
         self._scoreboard: Scoreboard | None = None
         self._relevance: Relevance | None = None
-        self._clean_uses = 0
+        #: reusable clean head scores met so far (every `SPOT_CHECK_EVERY`-th is measured again)
+        self.clean_uses = 0
 
     @property
     def scoreboard(self) -> Scoreboard:
@@ -192,14 +193,18 @@ class Measurer:
         return self._scoreboard
 
     def measure_head(self, artifact_id: str, version: int, state: Mapping[str, str], sample: int) -> HeadEstimate:
-        """Score the current head on up to ``sample`` held-out tasks it has no score for (seeded order).
+        """Score the current head on ``sample`` held-out tasks (seeded order), unless it has scores already.
 
         The engines call it once, before any work, so the starting head's reward is a
         measurement, not a guess; later versions are measured task by task as candidates
-        need them.
+        need them. A head with any score known (a resumed run restores its head's scores
+        with its progress) is not scored again: the resumed run spends what the
+        uninterrupted one would have.
         """
         board = self.scoreboard
         known = board.measured(artifact_id, version)
+        if known or board.inherited(artifact_id, version):
+            return board.estimate(artifact_id, version)
         order = sorted(range(board.n_tasks), key=lambda i: stable_hash(artifact_id, "head-sample", i))
         missing = [i for i in order if i not in known][: max(0, sample - len(known))]
         if missing:
@@ -225,8 +230,8 @@ class Measurer:
                 earlier = board.clean(artifact_id, version, i)
                 if earlier is None:
                     continue
-                self._clean_uses += 1
-                if self._clean_uses % SPOT_CHECK_EVERY:
+                self.clean_uses += 1
+                if self.clean_uses % SPOT_CHECK_EVERY:
                     reused[i] = earlier
             if reused:
                 board.record(artifact_id, version, reused)
@@ -236,14 +241,41 @@ class Measurer:
         if missing:
             scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, missing)]
             fresh = dict(zip(missing, scores))
+            changed = [i for i, now in fresh.items()
+                       if (earlier := board.clean(artifact_id, version, i)) is not None and abs(earlier - now) > 1e-9]
             for i, now in fresh.items():
                 earlier = board.clean(artifact_id, version, i)
-                if earlier is not None:
+                if earlier is not None and i not in changed:
                     self.noise.observe_free(earlier, now)  # the head had to be scored anyway: a free check
+            if changed:
+                earlier_of = {i: board.clean(artifact_id, version, i) for i in changed}
+                self._changed_or_noise(artifact_id, state, earlier_of, fresh)
             board.record(artifact_id, version, fresh)
             known.update(fresh)
             self.counters["head_tasks_scored"] += len(missing)
         return {i: known[i] for i in indices}
+
+    def _changed_or_noise(self, artifact_id: str, state: Mapping[str, str], earlier: Mapping[int, float | None],
+                          fresh: Mapping[int, float]) -> None:
+        """A free check disagreed: noise, or a commit changed a task the ranking called unaffected?
+
+        Each such task is drawn once more on the same head. A draw that repeats the new
+        score says the commit changed the task (a relevance miss, counted in
+        ``relevance_misses``, not noise); one that differs is noise. An evaluator that
+        cannot draw again leaves it to the safe side: noise.
+        """
+        changed = list(earlier)
+        again = self.evaluator.rescore(artifact_id, state, changed)
+        if again is None:
+            for i in changed:
+                self.noise.observe_free(float(earlier[i] or 0.0), fresh[i])  # a disagreement, as seen
+            return
+        self.counters["free_check_redraws"] += len(changed)
+        for i, x in zip(changed, again):
+            if abs(float(x) - fresh[i]) <= 1e-9:
+                self.counters["relevance_misses"] += 1
+            else:
+                self.noise.observe_redraw(fresh[i], float(x))
 
     def measure(self, prepared: Prepared) -> Measurement:
         """The paired sequential test of the candidate against the head (`agentdescent.acceptance`).
@@ -281,9 +313,9 @@ class Measurer:
             start += len(indices)
             cand = dict(zip(indices, (float(x) for x in self.evaluator.held_out_subset(aid, candidate_state, indices))))
             head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, indices)
-            regressions = self._confirm(aid, prepared, candidate_state, cand, head)
+            self._confirm(aid, prepared, candidate_state, cand, head)
             for i in indices:
-                test.add(i, cand[i], head[i], regression=regressions.get(i))
+                test.add(i, cand[i], head[i])
             cand_scores.update(cand)
             head_scores.update(head)
             rest = order[start:]
@@ -400,42 +432,31 @@ class Measurer:
         return True
 
     def _confirm(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
-                 cand: dict[int, float], head: dict[int, float]) -> dict[int, bool]:
-        """Re-score the batch's discordant pairs as the noise monitor says.
+                 cand: dict[int, float], head: dict[int, float]) -> None:
+        """Re-score the batch's discordant pairs as the noise monitor says; replace them by their means.
 
-        Once the evaluation is noisy (or with a fixed ``rescore``), every discordant pair is
-        drawn again on both sides and replaced by its means: symmetric in the two sides, so
-        a candidate no better than the head still shows differences of mean zero and the
-        test's rate holds. While the state is unknown only a would-be regression is drawn
-        again, and that draw may only clear the regression (so noise cannot refuse a good
-        candidate); its difference counts as first drawn, since re-drawing one kind of pair
-        only would bias the test. Returns, per re-drawn would-be regression, whether it
-        still counts as one.
+        Every discordant pair gets the same number of extra draws on both sides, gains and
+        losses alike: symmetric in the two sides, so a candidate no better than the head
+        still shows differences of mean zero and the test's rate holds (re-drawing only one
+        kind of pair would tilt it).
         """
         discordant = [i for i in cand if abs(cand[i] - head[i]) > 1e-12]
-        verdicts: dict[int, bool] = {}
-        symmetric = self.noise.state != "unknown"
         for i in discordant:
-            regression = head[i] >= 0.5 > cand[i]
-            extra = self.noise.extra_draws(regression)
+            extra = self.noise.extra_draws()
             if extra == 0:
                 continue
             again_c = self.evaluator.rescore(aid, candidate_state, [i] * extra)
             again_h = self.evaluator.rescore(aid, prepared.head_state, [i] * extra)
             if again_c is None or again_h is None:
-                return verdicts  # this evaluator cannot draw again: scores count as they came
+                return  # this evaluator cannot draw again: scores count as they came
             again_c, again_h = [float(x) for x in again_c], [float(x) for x in again_h]
             mean_c = (cand[i] + sum(again_c)) / (1 + len(again_c))
             mean_h = (head[i] + sum(again_h)) / (1 + len(again_h))
             overturned = (mean_c - mean_h) * (cand[i] - head[i]) <= 0
             self.noise.observe((cand[i], head[i]), (again_c, again_h), overturned)
             self.counters["rescored_pairs"] += 1
-            if symmetric:
-                cand[i], head[i] = mean_c, mean_h
-                self.scoreboard.record(aid, prepared.head_version, {i: mean_h})
-            else:
-                verdicts[i] = mean_h >= 0.5 > mean_c
-        return verdicts
+            cand[i], head[i] = mean_c, mean_h
+            self.scoreboard.record(aid, prepared.head_version, {i: mean_h})
 
     def complete(self, prepared: Prepared, measurement: Measurement) -> tuple[float, float]:
         """The oracle gate's full comparison: every held-out task scored on both sides (candidate, head means)."""

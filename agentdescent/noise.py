@@ -32,12 +32,12 @@ class NoiseMonitor:
     that changed a task the relevance ranking called unaffected looks like noise too: the
     safe side).
 
-    With ``mode="auto"``: while *unknown*, only a pair that would count as a regression is
-    drawn again (once: a noise-made regression must not refuse a good candidate; the draw
-    may only clear the regression guard, and the pair's difference counts as first drawn,
-    since re-drawing one kind of pair only would bias the test); when
-    *deterministic*, nothing is; when *noisy*, every discordant pair gets ``draws`` more
-    draws per side and counts with its means. ``mode="deterministic"`` starts
+    With ``mode="auto"``: while *unknown*, every discordant pair is drawn once more on both
+    sides and counts with its means (a cached head score may be one unlucky draw, and
+    re-drawing gains and losses alike keeps the test unbiased); once *deterministic*,
+    nothing is drawn again; when *noisy*, every discordant pair gets ``draws`` more draws
+    per side. A deterministic run pays for the unknown phase once: about ``probe / 2``
+    pairs. ``mode="deterministic"`` starts
     *deterministic* (the user says so) and otherwise behaves as ``"auto"``: a disagreement
     still makes it noisy. An int mode re-draws every discordant pair that many times and
     never calls the evaluation deterministic (0: never re-draws).
@@ -68,15 +68,15 @@ class NoiseMonitor:
         with self._lock:
             return self.state == "deterministic"
 
-    def extra_draws(self, regression: bool) -> int:
-        """Extra draws per side for the next discordant pair (``regression``: it would count as one)."""
+    def extra_draws(self) -> int:
+        """Extra draws per side for the next discordant pair."""
         with self._lock:
             if not self._learns:
                 return int(self.mode)
             if self.state == "noisy":
                 return self.draws
             if self.state == "unknown":
-                return 1 if regression else 0
+                return 1
             return 0
 
     def _seen(self, agree: bool) -> None:

@@ -166,6 +166,7 @@ def capture(run: RunParts, head_version: int) -> dict[str, Any]:
         "head": {"version": head_version, "held_out": [t.id for t in run.held_out],
                  "scores": run.aggregator.head_state_dict(run.artifact_id, head_version)},
         "noise": run.aggregator.noise.stats(),
+        "memory": run.aggregator.memory_state_dict(),
     }
 
 
@@ -191,6 +192,8 @@ def restore(run: RunParts, saved: SavedProgress, tasks: Mapping[str, Any], head_
         run.allocator.load_state_dict(state["allocator"])
     if state.get("noise"):
         run.aggregator.noise.load_state_dict(state["noise"])
+    if state.get("memory"):
+        run.aggregator.load_memory_state_dict(state["memory"], tasks)
     head = state.get("head") or {}
     scores = head.get("scores")
     if (isinstance(scores, Mapping) and head.get("version") == head_version

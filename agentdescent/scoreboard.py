@@ -119,10 +119,21 @@ class Scoreboard:
         return self._entry(artifact_id, version).clean.get(index)
 
     def estimate(self, artifact_id: str, version: int) -> HeadEstimate:
-        """The head's held-out reward: measured, else inherited, else the mean of what is known."""
+        """The head's held-out reward: measured, else inherited, else imputed.
+
+        A task never scored on any version is one no committed diff plausibly changed
+        (those are scored first), so it is imputed with the mean of the *clean* scores:
+        earlier measurements no commit since plausibly changed (the starting head's sample,
+        the random samples of later evaluations) — not with the mean of everything known,
+        which the commits' gains would inflate. With no clean score, the mean of what is
+        known.
+        """
         entry = self._entry(artifact_id, version)
         known = {**entry.inherited, **entry.measured}
-        fill = sum(known.values()) / len(known) if known else 0.0
+        untouched = [s for i, s in entry.clean.items() if i not in entry.measured] + [
+            s for i, s in entry.measured.items() if i in entry.clean]
+        pool = untouched or list(known.values())
+        fill = sum(pool) / len(pool) if pool else 0.0
         total = sum(known.get(i, fill) for i in range(self.n_tasks))
         return HeadEstimate(total / self.n_tasks if self.n_tasks else 0.0, len(entry.measured),
                             len(entry.inherited), self.n_tasks)
@@ -131,10 +142,12 @@ class Scoreboard:
         """This version's scores, JSON-ready (a resumed run's head)."""
         entry = self._entry(artifact_id, version)
         return {"measured": {str(i): s for i, s in sorted(entry.measured.items())},
-                "inherited": {str(i): s for i, s in sorted(entry.inherited.items())}}
+                "inherited": {str(i): s for i, s in sorted(entry.inherited.items())},
+                "clean": {str(i): s for i, s in sorted(entry.clean.items())}}
 
     def load_state_dict(self, artifact_id: str, version: int, state: Mapping[str, Any]) -> None:
         """Put back a `state_dict`."""
         entry = self._entry(artifact_id, version)
         entry.measured.update({int(i): float(s) for i, s in state.get("measured", {}).items()})
         entry.inherited.update({int(i): float(s) for i, s in state.get("inherited", {}).items()})
+        entry.clean.update({int(i): float(s) for i, s in state.get("clean", {}).items()})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,17 +60,26 @@ def test_real_model_bench_audits_calls_tokens_refusals_and_commits(tmp_path: Pat
     # the library's meter and the server's own usage agree, call for call
     assert row["calls"] == row["server_calls"] == n_requests
     assert row["tokens"] == row["server_tokens"] > 0
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (row["server_prompt_tokens"],
+                                                                row["server_completion_tokens"])
     assert f"{row['calls']} / {row['server_calls']}" in text
     # refusals by kind
     agent = row["agent"]
     assert agent["truncated"] > 0 and agent["echoed"] > 0 and agent["cleaned"] > 0
     assert agent["proposals"] == agent["rules"] + agent["declined"] + agent["refused"]
     assert "| truncated | empty | restated | echoed | too_long | not_a_rule |" in text
-    # commits with the held-out scores before and after
+    # commits with the paired test's reason, and the head's scores before and after on the
+    # tasks both versions were scored on (the head is no longer scored on every held-out task)
     assert row["commits"], text
     for c in row["commits"]:
-        assert len(c["before"]) == len(c["after"]) == row["held_out"] > 0
-        assert c["after_mean"] > c["before_mean"] and c["rule"].endswith("give the answer itself.")
+        assert re.search(r"E=\S+ vs 20\b", c["reason"]), c["reason"]
+        assert 0 < c["tasks_compared"] <= row["held_out"]
+        assert c["after_mean"] > c["before_mean"] and c["better"] > 0 and c["worse"] == 0
+        assert all(rule.endswith("give the answer itself.") for rule in c["rule"].split(" | "))
         assert "# Playbook" not in c["rule"]
-    assert "Commits (the head's held-out mean before → after" in text
+    assert "Commits (the paired test's reason; the head's held-out mean before → after" in text
+    assert "Refusals (measured candidates the test did not accept):" in text
+    # the scripted model answers the same every time, and the noise monitor finds that out
+    assert row["noise"]["state"] == "deterministic" and row["noise"]["disagreements"] == 0
+    assert "deterministic (0.00 of" in text
     assert row["final"] > row["initial"]

@@ -174,8 +174,14 @@ def test_a_candidate_the_allocator_skips_gets_neither_self_verify_nor_evaluation
 
 
 def _measured(result) -> list:
-    """Reports of decisions that measured the candidate (an unevaluated one has no p_improve)."""
-    return [r for h in result.history for r in h.reports if r.outcome.measured and r.p_improve is not None]
+    """Reports of decisions that measured the candidate: the ones the allocator learns from.
+
+    A candidate scored on held-out tasks has a ``p_improve``; one the self-verify gate
+    refused has none (no held-out call), but its self-verify was its measurement, and it is
+    reported to the allocator too. An unevaluated candidate is neither.
+    """
+    return [r for h in result.history for r in h.reports
+            if r.outcome.measured and (r.p_improve is not None or r.reason.startswith("self-verify gate"))]
 
 
 @pytest.mark.parametrize("engine", ["sync", "async"])
@@ -190,8 +196,7 @@ def test_every_measured_outcome_is_observed_exactly_once(engine: str) -> None:
     assert len(alloc.observed) == len(measured) > 0
     committed = [r for r in measured if r.outcome is MergeOutcome.COMMITTED]
     assert sum(c for _, c in alloc.observed) == len(committed)
-    unmeasured = [r for h in result.history for r in h.reports
-                  if not r.outcome.measured or r.p_improve is None]
+    unmeasured = [r for h in result.history for r in h.reports if r not in measured]
     assert len(alloc.observed) + len(unmeasured) == sum(len(h.reports) for h in result.history)
     # every training vector is a vector the allocator was asked about before the spend
     decided = set(alloc.decided)

@@ -342,22 +342,19 @@ def test_split_runs_on_one_ledger_end_where_one_long_run_does(tmp_path):
     """Kill-and-resume makes the same progress per round: 4 x 3 rounds == 12 rounds.
 
     A resumed run gets its head's saved scores back, so nothing already measured is paid
-    for again; what it does spend on top is its starting head's sample: each resume
-    scores the head on the ``head_sample`` tasks it has no saved score for, and those are
-    the only extra calls.
+    for again and the head is not sampled again: the split runs spend exactly what the
+    long run spends, call for call.
     """
     whole = evolve(**router_kwargs(), rounds=12, ledger=tmp_path / "whole.sqlite")
     for _ in range(4):
         part = evolve(**router_kwargs(), rounds=3, ledger=tmp_path / "parts.sqlite")
     assert part.state == whole.state and part.version == whole.version
     assert [h.held_out_reward for h in part.history] == [h.held_out_reward for h in whole.history]
-    extra_head = part.counters["merge_head_tasks_scored"] - whole.counters["merge_head_tasks_scored"]
-    assert 0 <= extra_head <= 3 * AggregatorConfig().head_sample  # three resumes
-    assert part.usage.calls - whole.usage.calls == extra_head
-    assert part.counters["eval_rollouts"] - whole.counters["eval_rollouts"] == extra_head
-    for key in ("rollouts", "proposals", "self_verify_rollouts", "merge_held_out_tasks_scored"):
+    assert part.usage.calls == whole.usage.calls
+    for key in ("rollouts", "proposals", "self_verify_rollouts", "eval_rollouts", "merge_held_out_tasks_scored",
+                "merge_head_tasks_scored"):
         assert part.counters[key] == whole.counters[key], key
-    assert whole.usage.total_tokens <= part.usage.total_tokens
+    assert part.usage.total_tokens == whole.usage.total_tokens
 
 
 def test_resume_ignores_a_new_initial_state(tmp_path):
@@ -401,7 +398,7 @@ def test_transient_backend_failures_do_not_stop_the_run():
     kwargs["run"] = _flaky(kwargs["run"])
     result = evolve(**kwargs, rounds=15, n_workers=4)
     assert result.error is None and result.stop_reason == "rounds"
-    assert result.counters["backend_errors"] > 50
+    assert result.counters["backend_errors"] >= result.usage.calls // 10  # about one call in five fails once
     assert result.counters.get("backend_failures", 0) == 0  # every retry succeeded
     assert result.final_reward >= 0.9
     # the retries are invisible in the outcome: the same state as a clean run
