@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -634,7 +635,11 @@ class Aggregator:
             )
             if tournament:
                 self.counters["tournaments"] += 1
-                union_card = EvidenceCard(union, {}, None, None)
+                # Ranked by evidence, the union carries every member's self-verified gain
+                # (by the cheap score it is scored like any single).
+                deltas = [c.before_after_delta for c in members
+                          if c.before_after_delta is not None and math.isfinite(c.before_after_delta)]
+                union_card = EvidenceCard(union, {}, None if by_cheap or not deltas else sum(deltas), None)
                 ranked = rank_cards([*survivors, union_card], rank)
                 best = ranked[0][1]
                 if best is union_card:

@@ -324,17 +324,20 @@ def plan_numbers(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, worke
     """Upper bounds on model calls and tokens, from the spec alone (nothing is spent).
 
     Per round at most: ``workers`` rollouts, ``workers`` proposals, ``workers`` self-verify
-    re-runs, and one candidate's held-out evaluation (``n_held`` calls) plus the cheap
-    subset for up to ``workers + 2`` states (conflict resolution and the union check).
-    Before the first round the starting artifact is evaluated once (``n_held`` calls).
-    Tokens per call are bounded by the longest prompt, the artifact after every round's
-    rules were added, and the per-call limit (or 512 when the spec sets none).
+    re-runs, two rebase re-verification calls per card, and one candidate's held-out
+    evaluation: ``n_held`` calls on the candidate, ``n_held`` on the head (a new version is
+    scored task by task), and, once the evaluation is noisy, two more draws per side of
+    every task that differs (``4 * n_held``), plus one re-draw per free check that disagrees
+    (``n_held``). Before the first round: the starting head's sample (up to
+    ``head_sample`` = 16 tasks) and the one-time noise probe (16 calls). Tokens per call are
+    bounded by the longest prompt, the artifact after every round's rules were added, and
+    the per-call limit (or 512 when the spec sets none).
     """
     n = len(tasks)
     n_held = min(n - 1, max(1, round(n * spec.get("held_out_frac", 0.4))))
     cheap = min(n_held, max(8, n_held // 4))
-    per_round = 3 * workers + n_held + cheap * (workers + 2)
-    calls = n_held + rounds * per_round
+    per_round = 5 * workers + 7 * n_held
+    calls = min(n_held, 16) + 16 + rounds * per_round
     call_tokens = spec.get("call_tokens") or 512
     longest = max(estimate_tokens(t.prompt) for t in tasks)
     initial = estimate_tokens(spec.get("initial_text") or "")
@@ -359,8 +362,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
           f"({p['workers']} workers)")
     print(f"at most {p['calls']} calls and {p['tokens']:,} tokens for {p['rounds']} rounds "
           f"(including the starting artifact's evaluation)")
-    print("Sequential evaluation, early stops and the held-out cache make the real cost lower; "
-          "cap it with `agentdescent run --max-tokens N`.")
+    print("The paired test stops each evaluation as soon as it is settled and scores the head once per "
+          "task and version, so the real cost is usually far lower; cap it with `agentdescent run --max-tokens N`.")
     return 0
 
 

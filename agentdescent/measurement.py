@@ -406,29 +406,30 @@ class Measurer:
                cand: Mapping[int, float], head: Mapping[int, float]) -> bool:
         """Settle whether the evaluation is deterministic, on this candidate's own scored tasks.
 
-        Each discordant pair is drawn once more on both sides; if the monitor still lacks
-        agreeing observations, the head is drawn again on the other scored tasks, until it
-        has ``noise_probe`` of them or sees a disagreement (at most ``noise_probe`` extra
-        calls, once in a run). False if the evaluator cannot draw again.
+        The discordant pairs were drawn again already (while the state is unknown every one
+        is); the head is drawn again on the candidate's other scored tasks — round robin,
+        so a task may be drawn more than once — until the monitor has ``noise_probe``
+        agreeing observations or sees a disagreement: at most ``noise_probe`` extra calls,
+        once in a run. With no other scored task the candidate's side of the discordant
+        tasks is drawn instead. False if the evaluator cannot draw again.
         """
-        discordant = [i for i in cand if abs(cand[i] - head[i]) > 1e-12]
-        again_c = self.evaluator.rescore(aid, candidate_state, discordant)
-        again_h = self.evaluator.rescore(aid, prepared.head_state, discordant)
-        if again_c is None or again_h is None:
-            return False
-        self.counters["probe_redraws"] += 2 * len(discordant)
-        for i, c, h in zip(discordant, again_c, again_h):
-            self.noise.observe_redraw(cand[i], float(c))
-            self.noise.observe_redraw(head[i], float(h))
         short = self.noise.probe - self.noise.agreements
-        if self.noise.state == "unknown" and short > 0:
-            others = [i for i in cand if i not in discordant]
-            indices = [others[k % len(others)] for k in range(short)] if others else []
-            again = self.evaluator.rescore(aid, prepared.head_state, indices) if indices else None
-            if again is not None:
-                self.counters["probe_redraws"] += len(indices)
-                for i, h in zip(indices, again):
-                    self.noise.observe_redraw(head[i], float(h))
+        if short <= 0:
+            return True
+        others = [i for i in cand if abs(cand[i] - head[i]) <= 1e-12]
+        state, first = (prepared.head_state, head) if others else (candidate_state, cand)
+        pool = others or list(cand)
+        if not pool:
+            return False
+        indices = [pool[k % len(pool)] for k in range(short)]
+        again = self.evaluator.rescore(aid, state, indices)
+        if again is None:
+            return False
+        self.counters["probe_redraws"] += len(indices)
+        for i, x in zip(indices, again):
+            self.noise.observe_redraw(first[i], float(x))
+            if self.noise.state != "unknown":
+                break
         return True
 
     def _confirm(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
