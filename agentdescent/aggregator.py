@@ -356,12 +356,15 @@ class Aggregator:
     def memory_state_dict(self) -> dict[str, Any]:
         """What later decisions remember of earlier ones, JSON-ready (saved with a run's progress).
 
-        The diffs committed here for the last `REMEMBERED_COMMITS` versions (with their
+        The diffs committed here for the last `REMEMBERED_COMMITS` versions of each artifact (with their
         trajectory tasks' ids: the rebase checks that reuse a self-verify read them) and
         the measurement's spot-check count, so a resumed run decides as the uninterrupted
         one would.
         """
-        recent = sorted(self._committed.items(), key=lambda kv: kv[0][1])[-REMEMBERED_COMMITS:]
+        by_artifact: dict[str, list[tuple[tuple[str, int], tuple[Diff, list[Task]]]]] = {}
+        for key, value in sorted(self._committed.items(), key=lambda kv: kv[0][1]):
+            by_artifact.setdefault(key[0], []).append((key, value))
+        recent = [kv for rows in by_artifact.values() for kv in rows[-REMEMBERED_COMMITS:]]
         return {"committed": [{"artifact": aid, "version": v, "diff": diff.to_json(),
                                "trajectory": [t.id for t in trajectory]}
                               for (aid, v), (diff, trajectory) in recent],

@@ -182,6 +182,8 @@ class Measurer:
         self._relevance: Relevance | None = None
         #: reusable clean head scores met so far (every `SPOT_CHECK_EVERY`-th is measured again)
         self.clean_uses = 0
+        self._reused_at: dict[tuple[str, int], set[int]] = {}  # clean scores reused, per version
+        self._head_revised = False  # a stale reuse was found and re-scored: rebuild the test
 
     @property
     def scoreboard(self) -> Scoreboard:
@@ -219,13 +221,18 @@ class Measurer:
 
         In a deterministic evaluation an earlier measurement that no commit since plausibly
         changed (a *clean* score) is the head's score: it is used as it is, except that one
-        in `SPOT_CHECK_EVERY` is scored again, as a free check that stays on.
+        in `SPOT_CHECK_EVERY` is scored again, as a free check that stays on. When a check
+        shows that a commit did change a task the relevance ranking called unaffected, no
+        clean score of this version is trusted any more: the ones this call was about to
+        reuse are scored too, the version's clean scores are dropped, and the ones reused
+        before at this version are measured (`measure` then compares its earlier pairs
+        again with them).
         """
         board = self.scoreboard
         known = board.measured(artifact_id, version)
         missing = [i for i in indices if i not in known]
+        reused: dict[int, float] = {}
         if missing and self.noise.deterministic:
-            reused: dict[int, float] = {}
             for i in missing:
                 earlier = board.clean(artifact_id, version, i)
                 if earlier is None:
@@ -233,49 +240,72 @@ class Measurer:
                 self.clean_uses += 1
                 if self.clean_uses % SPOT_CHECK_EVERY:
                     reused[i] = earlier
-            if reused:
-                board.record(artifact_id, version, reused)
-                known.update(reused)
-                self.counters["head_tasks_reused"] += len(reused)
-                missing = [i for i in missing if i not in reused]
+            missing = [i for i in missing if i not in reused]
         if missing:
-            scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, missing)]
-            fresh = dict(zip(missing, scores))
-            changed = [i for i, now in fresh.items()
-                       if (earlier := board.clean(artifact_id, version, i)) is not None and abs(earlier - now) > 1e-9]
-            for i, now in fresh.items():
-                earlier = board.clean(artifact_id, version, i)
-                if earlier is not None and i not in changed:
-                    self.noise.observe_free(earlier, now)  # the head had to be scored anyway: a free check
-            if changed:
-                earlier_of = {i: board.clean(artifact_id, version, i) for i in changed}
-                self._changed_or_noise(artifact_id, state, earlier_of, fresh)
+            fresh = self._score_head(artifact_id, version, state, missing)
+            if self._checks_disagree(artifact_id, version, state, fresh) and reused:
+                fresh.update(self._score_head(artifact_id, version, state, list(reused)))
+                reused = {}
             board.record(artifact_id, version, fresh)
             known.update(fresh)
-            self.counters["head_tasks_scored"] += len(missing)
+        if reused:
+            board.record(artifact_id, version, reused)
+            known.update(reused)
+            self.counters["head_tasks_reused"] += len(reused)
+            self._reused_at.setdefault((artifact_id, version), set()).update(reused)
         return {i: known[i] for i in indices}
 
-    def _changed_or_noise(self, artifact_id: str, state: Mapping[str, str], earlier: Mapping[int, float | None],
-                          fresh: Mapping[int, float]) -> None:
+    def _score_head(self, artifact_id: str, version: int, state: Mapping[str, str],
+                    indices: Sequence[int]) -> dict[int, float]:
+        scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, indices)]
+        self.counters["head_tasks_scored"] += len(indices)
+        return dict(zip(indices, scores))
+
+    def _checks_disagree(self, artifact_id: str, version: int, state: Mapping[str, str],
+                         fresh: Mapping[int, float]) -> bool:
+        """Compare fresh head scores with the clean ones they replace (free checks); True on a relevance miss."""
+        board = self.scoreboard
+        earlier = {i: board.clean(artifact_id, version, i) for i in fresh}
+        changed = {i: e for i, e in earlier.items() if e is not None and abs(e - fresh[i]) > 1e-9}
+        for i, e in earlier.items():
+            if e is not None and i not in changed:
+                self.noise.observe_free(e, fresh[i])  # the head had to be scored anyway: a free check
+        if not changed:
+            return False
+        missed = self._changed_or_noise(artifact_id, state, changed, fresh)
+        if missed:
+            board.drop_clean(artifact_id, version)
+            stale = sorted(self._reused_at.pop((artifact_id, version), set()))
+            if stale:  # scores reused earlier at this version are suspect too: measure them
+                board.record(artifact_id, version, self._score_head(artifact_id, version, state, stale))
+                self._head_revised = True
+        return missed
+
+    def _changed_or_noise(self, artifact_id: str, state: Mapping[str, str], earlier: Mapping[int, float],
+                          fresh: Mapping[int, float]) -> bool:
         """A free check disagreed: noise, or a commit changed a task the ranking called unaffected?
 
         Each such task is drawn once more on the same head. A draw that repeats the new
         score says the commit changed the task (a relevance miss, counted in
         ``relevance_misses``, not noise); one that differs is noise. An evaluator that
-        cannot draw again leaves it to the safe side: noise.
+        cannot draw again leaves it to the safe side: noise. Returns whether any task was a
+        relevance miss.
         """
         changed = list(earlier)
         again = self.evaluator.rescore(artifact_id, state, changed)
         if again is None:
             for i in changed:
-                self.noise.observe_free(float(earlier[i] or 0.0), fresh[i])  # a disagreement, as seen
-            return
+                self.noise.observe_free(earlier[i], fresh[i])  # a disagreement, as seen
+            return False
         self.counters["free_check_redraws"] += len(changed)
+        missed = False
         for i, x in zip(changed, again):
             if abs(float(x) - fresh[i]) <= 1e-9:
                 self.counters["relevance_misses"] += 1
+                missed = True
             else:
                 self.noise.observe_redraw(fresh[i], float(x))
+        return missed
 
     def measure(self, prepared: Prepared) -> Measurement:
         """The paired sequential test of the candidate against the head (`agentdescent.acceptance`).
@@ -313,6 +343,15 @@ class Measurer:
             start += len(indices)
             cand = dict(zip(indices, (float(x) for x in self.evaluator.held_out_subset(aid, candidate_state, indices))))
             head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, indices)
+            if self._head_revised:
+                # A reused head score turned out stale: the earlier pairs are compared again
+                # with the head's fresh scores, from a new test (nothing stale is counted).
+                self._head_revised = False
+                measured = board.measured(aid, prepared.head_version)
+                head_scores = {i: measured.get(i, h) for i, h in head_scores.items()}
+                test = PairedTest(n, cfg.false_accept_rate, cfg.max_regressions)
+                for i in cand_scores:
+                    test.add(i, cand_scores[i], head_scores[i])
             self._confirm(aid, prepared, candidate_state, cand, head)
             for i in indices:
                 test.add(i, cand[i], head[i])

@@ -114,6 +114,10 @@ class Scoreboard:
                 if i not in new.measured and i not in touched:
                     new.clean[i] = s
 
+    def drop_clean(self, artifact_id: str, version: int) -> None:
+        """Trust no clean score of this version any more (a commit changed a task the ranking missed)."""
+        self._entry(artifact_id, version).clean.clear()
+
     def clean(self, artifact_id: str, version: int, index: int) -> float | None:
         """An earlier measurement of task ``index`` that no commit since plausibly changed, or None."""
         return self._entry(artifact_id, version).clean.get(index)

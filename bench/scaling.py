@@ -12,8 +12,11 @@ runs, in one process and interleaved per repeat:
 Throughput is worker rollouts per wall-clock second of the whole call
 (``result.rollouts / wall``; self-verify re-runs and held-out evaluations are not
 counted as rollouts, but their time is in the wall clock). Every run does the same
-fixed number of rollouts: whole epochs over the train tasks (``--epochs`` for steady,
-one for learn), so every mode and every N rolls out exactly the same tasks.
+fixed number of rollouts: the train task count times ``--epochs`` (steady; one for
+learn). The task walk visits every train task the head has not been seen to solve once
+before any twice, so the first epoch rolls out every task in every mode; after that (a
+solved task leaves the walk's open set) the steady workload's later rollouts are the
+walk's seeded uniform draws, the same draws in every mode and for every N.
 
 Two workloads:
 

@@ -118,6 +118,17 @@ def test_a_loss_above_the_pass_mark_is_not_a_regression():
     assert strict.regressions == 1
 
 
+def test_whether_a_loss_is_a_regression_is_decided_by_the_scores_alone():
+    """No caller overrides the guard: a re-drawn pair counts with its means, and the means decide."""
+    test = PairedTest(4)
+    with pytest.raises(TypeError):
+        test.add(0, 0.0, 1.0, regression=False)
+    assert test.scored == {}
+    test.add(0, 1 / 3, 2 / 3)  # means of three draws: the head passes, the candidate fails
+    test.add(1, 0.5, 1.0)  # the candidate's mean reaches the pass mark: a loss, not a regression
+    assert test.losses == 2 and test.regressions == 1
+
+
 def test_scores_are_clipped_to_the_unit_interval():
     test = PairedTest(2)
     test.add(0, 1.7, -0.3)

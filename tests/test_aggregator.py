@@ -14,6 +14,7 @@ tests of the cheap-score ranking say so (`CHEAP_RANKED`); the others rank on the
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -23,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import agentdescent.aggregator as aggregator_module
 from agentdescent import (
     Diff,
     EvidenceCard,
@@ -744,7 +746,10 @@ def _story_outcomes(config: AggregatorConfig) -> list[tuple]:
 # Recorded by running `_story_outcomes` against the aggregator of commit dbf7465, the
 # last one in which nothing read the evidence pool (the same under the acceptance rule
 # of 2c32ca6, under the evidence rule, and under the paired test with the table declared
-# deterministic: every gain in the stories is clear-cut).
+# deterministic and the cheap-score ranking of those commits: every gain in the stories
+# is clear-cut). Under the default evidence ranking the fusion tournament of the second
+# story sends the union forward instead (it carries both members' self-verified gains):
+# `PINNED_EVIDENCE_RANKED`.
 PINNED_BEFORE_THE_POOL = [
     ("committed", 2, 2, 0),
     ("below-threshold", None, 1, 0),
@@ -763,10 +768,16 @@ PINNED_BEFORE_THE_POOL = [
 ]
 
 
+PINNED_EVIDENCE_RANKED = [
+    *PINNED_BEFORE_THE_POOL[:3], (["ka", "kb", "kc"], []), *PINNED_BEFORE_THE_POOL[4:],
+]
+
+
 def test_pool_draw_0_reproduces_the_merges_from_before_the_pool():
-    before = _story_outcomes(table_config(pool_draw=0))
+    before = _story_outcomes(table_config(pool_draw=0, rank_by="cheap"))
     assert before == PINNED_BEFORE_THE_POOL
-    assert _story_outcomes(TABLE) != before  # the stories do exercise the pool
+    assert _story_outcomes(table_config(rank_by="cheap")) != before  # the stories do exercise the pool
+    assert _story_outcomes(table_config(pool_draw=0)) == PINNED_EVIDENCE_RANKED
 
 
 # --------------------------------------------------------------------------- acceptance, L1
@@ -1484,3 +1495,78 @@ def test_a_skipped_self_verify_is_not_held_against_a_card():
     [report] = agg.step()
     assert report.fused
     assert ledger.head("art")[1] == {"a": "1", "b": "2"}
+
+
+# --------------------------------------------------------------------------- memory of a resumed run
+
+
+def _two_commits() -> tuple[Any, Aggregator, VerifyingEvaluator]:
+    """The head sampled, then two self-verified cards committed here (v2 from ``h2``'s card, v3 from ``h8``'s)."""
+    ledger, agg, ev, _ = make(evaluator=VerifyingEvaluator(named=True))
+    agg.measure_head(ART, 10)
+    for ops, base, ref in (({"ka": effect("h2,h3,h4,c1", nonce="A")}, 1, "h2"),
+                           ({"kc": effect("h8,h9", nonce="C")}, 2, "h8")):
+        report = step_one(agg, card(ops, base=base, refs=[ref], verified=True, delta=0.5))
+        assert report.outcome is MergeOutcome.COMMITTED, report.reason
+    assert ledger.head(ART)[0] == 3
+    return ledger, agg, ev
+
+
+def test_memory_state_dict_round_trips_through_json_into_a_fresh_aggregator():
+    ledger, agg, ev = _two_commits()
+    state = json.loads(json.dumps(agg.memory_state_dict()))
+    assert [(row["artifact"], row["version"]) for row in state["committed"]] == [(ART, 2), (ART, 3)]
+    assert [row["trajectory"] for row in state["committed"]] == [["h2"], ["h8"]]
+    assert [Diff.from_json(row["diff"]).ops for row in state["committed"]] == [
+        {"ka": effect("h2,h3,h4,c1", nonce="A")}, {"kc": effect("h8,h9", nonce="C")}]
+    assert state["clean_uses"] == agg.measurer.clean_uses > 0  # v3's evaluation reused clean head scores
+    fresh = Aggregator(ledger, ev, TABLE)
+    assert fresh.memory_state_dict() == {"committed": [], "clean_uses": 0}
+    fresh.load_memory_state_dict(state, {t.id: t for t in ev.held_out_tasks})
+    assert fresh.memory_state_dict() == state
+    assert fresh.measurer.clean_uses == agg.measurer.clean_uses
+
+
+def test_memory_keeps_the_last_remembered_commits_and_drops_unknown_tasks(monkeypatch):
+    _, agg, ev = _two_commits()
+    state = json.loads(json.dumps(agg.memory_state_dict()))
+    fresh = make(evaluator=VerifyingEvaluator(named=True))[1]
+    fresh.load_memory_state_dict(state, {t.id: t for t in ev.held_out_tasks if t.id != "h2"})
+    assert [row["trajectory"] for row in fresh.memory_state_dict()["committed"]] == [[], ["h8"]]
+    monkeypatch.setattr(aggregator_module, "REMEMBERED_COMMITS", 1)
+    assert [row["version"] for row in agg.memory_state_dict()["committed"]] == [3]
+
+
+@pytest.mark.parametrize("remembered", [True, False])
+def test_a_resumed_aggregator_decides_and_spends_as_the_uninterrupted_one(remembered):
+    """A stale self-verified card after the two commits: the uninterrupted run reuses its self-verify for the
+    rebase check (no commit since its base touches its task) and spot-checks the head on its schedule; a
+    run resumed from JSON with its memory does the same, call for call; one without it verifies again."""
+    late = card({"kb": effect("h5,h6,c2", nonce="B")}, base=2, refs=["h5"], verified=True, delta=0.5)
+    keys = ("rebase_checks_reused", "rebase_verifications", "head_tasks_reused", "head_tasks_scored",
+            "held_out_tasks_scored")
+
+    ledger, agg, ev = _two_commits()
+    before, calls = dict(agg.counters), ev.held_out_calls
+    report = step_one(agg, late)
+    uninterrupted = ({k: agg.counters[k] - before.get(k, 0) for k in keys}, ev.held_out_calls - calls,
+                     report.outcome, ledger.head(ART)[1])
+    assert uninterrupted[0]["rebase_checks_reused"] == 1 and uninterrupted[0]["rebase_verifications"] == 0
+
+    ledger, killed, ev = _two_commits()
+    saved = json.loads(json.dumps({"memory": killed.memory_state_dict(), "noise": killed.noise.stats(),
+                                   "head": killed.head_state_dict(ART, 3)}))
+    resumed = Aggregator(ledger, ev, TABLE)
+    resumed.noise.load_state_dict(saved["noise"])
+    resumed.load_head_state_dict(ART, 3, saved["head"])
+    if remembered:
+        resumed.load_memory_state_dict(saved["memory"], {t.id: t for t in ev.held_out_tasks})
+    calls = ev.held_out_calls
+    report = step_one(resumed, late)
+    after = ({k: resumed.counters[k] for k in keys}, ev.held_out_calls - calls, report.outcome, ledger.head(ART)[1])
+    if remembered:
+        assert after == uninterrupted
+        assert resumed.measurer.clean_uses == agg.measurer.clean_uses
+    else:
+        assert after[0]["rebase_checks_reused"] == 0 and after[0]["rebase_verifications"] == 1
+        assert after != uninterrupted

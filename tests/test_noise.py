@@ -28,10 +28,14 @@ def test_the_mode_sets_the_starting_state(mode, state):
     assert monitor.disagreement_rate is None
 
 
-def test_an_unknown_monitor_redraws_only_a_would_be_regression_once():
+def test_an_unknown_monitor_redraws_every_discordant_pair_once():
+    """While unknown, every discordant pair, gain or loss, gets one extra draw per side (not ``draws``)."""
     monitor = NoiseMonitor("auto", draws=3)
-    assert monitor.extra_draws(regression=True) == 1
-    assert monitor.extra_draws(regression=False) == 0
+    assert [monitor.extra_draws() for _ in range(5)] == [1] * 5
+    monitor.observe((1.0, 0.0), ([1.0], [0.0]), overturned=False)  # a re-drawn pair that agreed
+    assert monitor.state == "unknown" and monitor.extra_draws() == 1
+    with pytest.raises(TypeError):
+        monitor.extra_draws(True)  # whether the pair would be a regression no longer matters
 
 
 def test_probe_agreements_make_it_deterministic_and_then_nothing_is_redrawn():
@@ -39,21 +43,21 @@ def test_probe_agreements_make_it_deterministic_and_then_nothing_is_redrawn():
     monitor.observe_free(1.0, 1.0)
     monitor.observe_redraw(0.5, 0.5)
     assert monitor.state == "unknown"
+    assert monitor.extra_draws() == 1
     monitor.observe_free(0.0, 0.0)
     assert monitor.state == "deterministic" and monitor.deterministic
-    assert monitor.extra_draws(regression=True) == 0
-    assert monitor.extra_draws(regression=False) == 0
+    assert monitor.extra_draws() == 0
 
 
 def test_the_first_disagreement_makes_it_noisy_for_good():
     monitor = NoiseMonitor("auto", probe=2, draws=4)
     monitor.observe_free(1.0, 0.0)
     assert monitor.state == "noisy"
-    assert monitor.extra_draws(regression=False) == 4
-    assert monitor.extra_draws(regression=True) == 4
+    assert monitor.extra_draws() == 4
     for _ in range(10):
         monitor.observe_free(1.0, 1.0)
     assert monitor.state == "noisy" and not monitor.deterministic
+    assert monitor.extra_draws() == 4
 
 
 def test_a_disagreement_after_deterministic_makes_it_noisy():
@@ -67,23 +71,23 @@ def test_a_disagreement_after_deterministic_makes_it_noisy():
 def test_declared_deterministic_is_deterministic_until_a_disagreement():
     monitor = NoiseMonitor("deterministic", probe=100)
     assert monitor.deterministic
-    assert monitor.extra_draws(regression=True) == 0
+    assert monitor.extra_draws() == 0
     monitor.observe_free(0.3, 0.3)
     assert monitor.deterministic
     monitor.observe_free(0.3, 0.7)
     assert monitor.state == "noisy"
-    assert monitor.extra_draws(regression=False) == 2
+    assert monitor.extra_draws() == 2
 
 
 @pytest.mark.parametrize("draws", [0, 1, 5])
 def test_a_fixed_mode_always_redraws_that_many_and_never_learns(draws):
     monitor = NoiseMonitor(draws, probe=1)
-    for regression in (True, False):
-        assert monitor.extra_draws(regression) == draws
+    assert monitor.extra_draws() == draws
     monitor.observe_free(1.0, 1.0)
+    assert monitor.state == "fixed" and monitor.extra_draws() == draws  # one agreement is not "deterministic"
     monitor.observe_free(1.0, 0.0)
     assert monitor.state == "fixed" and not monitor.deterministic
-    assert monitor.extra_draws(True) == draws
+    assert monitor.extra_draws() == draws
     assert (monitor.agreements, monitor.disagreements) == (1, 1)  # still counted
 
 
@@ -191,7 +195,7 @@ def test_a_learning_monitor_is_noisy_after_its_first_disagreement_for_good(histo
         else:
             expected = "unknown"
         assert monitor.state == expected
-        assert monitor.extra_draws(regression=True) == {"noisy": 2, "deterministic": 0, "unknown": 1}[expected]
+        assert monitor.extra_draws() == {"noisy": 2, "deterministic": 0, "unknown": 1}[expected]
     assert (monitor.agreements, monitor.disagreements) == (agreements, disagreements)
     seen = agreements + disagreements
     assert monitor.disagreement_rate == (disagreements / seen if seen else None)
