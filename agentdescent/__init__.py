@@ -52,11 +52,13 @@ from .errors import (
 )
 from .evolution import evolve
 from .governance import FAST_MAX, Layer, classify
+from .judge import judge
 from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger
 from .model import Agent, Completion, Provider
 from .pricing import RateCard, fork_break_even
 from .providers import from_callable, openai_compatible
 from .result import AsyncStats, EvolutionResult, RoundInfo
+from .rewards import Score
 from .staleness import (
     FullStaleness,
     GuardedStaleness,
@@ -66,6 +68,7 @@ from .staleness import (
     get_policy,
 )
 from .strategies import AppendRules, KeyedRules, SingleSlot, Strategy
+from .testset import evaluate
 from .tokens import TokenCounter
 from .types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, stable_hash, vv_staleness
 from .usage import Usage, usage_phase
@@ -138,6 +141,7 @@ __all__ = [
     "RunFailed",
     "RunTimeout",
     "Schedule",
+    "Score",
     "SingleSlot",
     "Split",
     "SqliteLedger",
@@ -151,12 +155,14 @@ __all__ = [
     "ValueBudgetAllocator",
     "async_evolve",
     "classify",
+    "evaluate",
     "evolve",
     "fork_break_even",
     "from_callable",
     "get_policy",
     "hf_rows",
     "hf_rows_modelscope",
+    "judge",
     "openai_compatible",
     "stable_hash",
     "usage_phase",

@@ -139,8 +139,10 @@ class PairedTest:
         """Record the pair of scores on held-out task ``index`` (each in [0, 1])."""
         if index in self.scored:
             raise InvalidArgument(f"task {index} was already scored for this candidate")
-        c = min(1.0, max(0.0, float(candidate)))
-        h = min(1.0, max(0.0, float(head)))
+        c = float(candidate)
+        c = 0.0 if c < 0.0 else 1.0 if c > 1.0 else c
+        h = float(head)
+        h = 0.0 if h < 0.0 else 1.0 if h > 1.0 else h
         self.scored[index] = (c, h)
         self._sum_c += c
         self._sum_h += h
@@ -152,9 +154,12 @@ class PairedTest:
             self.losses += 1
             if h >= self.pass_mark > c:
                 self.regressions += 1
-        if abs(d) > 1e-12:
-            for k, lam in enumerate(self.bets):
-                self._log_wealth[k] += math.log1p(lam * d)
+        else:
+            return
+        log1p = math.log1p
+        wealth = self._log_wealth
+        for k, lam in enumerate(self.bets):
+            wealth[k] += log1p(lam * d)
 
     def e_value(self) -> float:
         """The test's e-value so far."""
@@ -199,16 +204,25 @@ class PairedTest:
         """
         n = len(self.scored)
         e = self.e_value()
-        c_mean = self._sum_c / n if n else 0.0
-        h_mean = self._sum_h / n if n else 0.0
         if room_logs is None and room:
             room_logs = self.room_logs(room)
         complete = room_logs is None
         over = self.max_regressions is not None and self.regressions > self.max_regressions
+        gain = self.net_gain > 1e-12
+        if not (over or complete or gain or futile is not None):  # the common look: nothing settled yet?
+            if certain:
+                settled = not any(r > 0 for r in room_logs)
+            else:
+                settled = self.best_completion_logs(room_logs) < self.threshold
+            if not settled:
+                return AcceptanceDecision(False, False, e, self.threshold, n, self.gains, self.losses,
+                                          self.regressions, self.net_gain, self._sum_c / n if n else 0.0,
+                                          self._sum_h / n if n else 0.0, "undecided")
 
         def decide(settled: bool, accept: bool, reason: str) -> AcceptanceDecision:
             return AcceptanceDecision(settled, accept, e, self.threshold, n, self.gains, self.losses,
-                                      self.regressions, self.net_gain, c_mean, h_mean, reason)
+                                      self.regressions, self.net_gain, self._sum_c / n if n else 0.0,
+                                      self._sum_h / n if n else 0.0, reason)
 
         def counts() -> str:
             return (f"{self.gains} gain(s), {self.losses} loss(es) on {n} of {self.n_tasks} task(s); "

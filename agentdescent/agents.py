@@ -32,7 +32,7 @@ from .proposals import (
 )
 from .seams import adopt
 from .tokens import estimate_tokens
-from .types import Task
+from .types import Task, sanitize_text
 from .usage import Usage, current_worker, thread_tokens, usage_phase, worker_scope
 from .validation import check_int, check_real
 
@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_PROPOSE_TEMPLATE",
     "DEFAULT_REWRITE_TEMPLATE",
     "DEFAULT_SOLVE_TEMPLATE",
+    "feedback_paragraph",
     "REFUSAL_KINDS",
     "TRUNCATED_FINISH_REASONS",
     "Agent",
@@ -68,7 +69,10 @@ DEFAULT_SOLVE_TEMPLATE = "{prompt}"
 
 #: The user message of a propose call in rule mode (the default). Fields: ``{artifact}``,
 #: ``{prompt}`` (required), ``{output}`` (required), ``{reward}`` (a float, so
-#: ``{reward:.2f}`` works), ``{task_id}``.
+#: ``{reward:.2f}`` works), ``{task_id}``, ``{feedback}`` (the reward's feedback as a
+#: paragraph — a blank line, then ``Feedback on the answer: ...`` — or nothing when the
+#: reward gave none, so a float reward's prompt is unchanged) and ``{feedback_text}`` (the
+#: feedback itself, or ``""``).
 DEFAULT_PROPOSE_TEMPLATE = """\
 You are improving the playbook an assistant follows. The assistant answered a task \
 below and did not fully succeed.
@@ -82,7 +86,7 @@ Task:
 The assistant's answer:
 {output}
 
-Score: {reward:.2f} out of 1.
+Score: {reward:.2f} out of 1.{feedback}
 
 Write ONE general rule, a single sentence, that would have helped the assistant on \
 tasks like this one. It must be general (not the answer to this task) and must not \
@@ -105,7 +109,7 @@ Task:
 The assistant's answer:
 {output}
 
-Score: {reward:.2f} out of 1.
+Score: {reward:.2f} out of 1.{feedback}
 
 Rewrite the instructions so that the assistant does better on tasks like this one. Keep \
 what works, change as little as needed, and keep them general (never put the answer to \
@@ -114,10 +118,16 @@ help, reply NONE."""
 
 _SOLVE_FIELDS = {"artifact", "prompt", "task_id"}
 _SOLVE_REQUIRED = ("prompt",)
-_PROPOSE_FIELDS = {"artifact", "prompt", "output", "reward", "task_id"}
+_PROPOSE_FIELDS = {"artifact", "prompt", "output", "reward", "task_id", "feedback", "feedback_text"}
 _PROPOSE_REQUIRED = ("prompt", "output")
 _REWRITE_REQUIRED = ("artifact", "prompt", "output")
-_SAMPLE = {"artifact": "a", "prompt": "p", "output": "o", "reward": 0.5, "task_id": "t"}
+_SAMPLE = {"artifact": "a", "prompt": "p", "output": "o", "reward": 0.5, "task_id": "t", "feedback": "",
+           "feedback_text": ""}
+
+
+def feedback_paragraph(feedback: str) -> str:
+    """The ``{feedback}`` field of a proposal template: a paragraph, or ``""`` when there is none."""
+    return f"\n\nFeedback on the answer: {feedback}" if feedback else ""
 
 
 
@@ -190,8 +200,9 @@ class LLMAgent(Agent):
     rules yet: see `is_blank_artifact`) sends no system message and fills ``{artifact}``
     with ``""``.
 
-    **Propose.** ``propose`` shows the model the artifact, the task, the output and its
-    reward (through ``propose_template``) and turns the reply into exactly one proposal
+    **Propose.** ``propose`` shows the model the artifact, the task, the output, its
+    reward and, when the reward is a `agentdescent.rewards.Score` with feedback, what the
+    reward said (through ``propose_template``) and turns the reply into exactly one proposal
     or ``None`` (`parse_proposal`). In ``proposal="rule"`` mode (the default, for
     `AppendRules` and `KeyedRules`) that is one general rule; in ``"rewrite"`` mode (for
     `SingleSlot`) the whole new text. Proposals stay small because the strategies turn a
@@ -199,6 +210,10 @@ class LLMAgent(Agent):
     A reply cut off by the per-call limit, one that restates the artifact or echoes the
     task, one over ``max_proposal_chars`` and one that is not a rule are refused (None),
     each kind counted in `stats`.
+
+    **Two models.** With ``propose_with=`` another provider writes the proposals (a
+    stronger or a cheaper model) while ``provider`` answers the tasks; each records into
+    its own meter, and both reach the run's meter, by phase.
 
     Every call's tokens land in ``agent.usage``, so an engine's ``max_tokens`` budget
     binds with real models. By default that meter *is* the provider's run meter (the
@@ -215,8 +230,10 @@ class LLMAgent(Agent):
             from the system message into this message). Default `DEFAULT_SOLVE_TEMPLATE`.
         propose_template: template of the propose user message; fields ``{artifact}``,
             ``{prompt}`` and ``{output}`` (both required; ``{artifact}`` too in rewrite
-            mode), ``{reward}`` (a float), ``{task_id}``. Default
-            `DEFAULT_PROPOSE_TEMPLATE` (`DEFAULT_REWRITE_TEMPLATE` in rewrite mode).
+            mode), ``{reward}`` (a float), ``{task_id}``, ``{feedback}`` (the reward's
+            feedback as a paragraph, or nothing: see `DEFAULT_PROPOSE_TEMPLATE`) and
+            ``{feedback_text}``. Default `DEFAULT_PROPOSE_TEMPLATE`
+            (`DEFAULT_REWRITE_TEMPLATE` in rewrite mode).
         proposal: ``"rule"`` (one rule per proposal) or ``"rewrite"`` (the whole text).
         max_proposal_chars: the longest proposal accepted, in characters (default 400
             for a rule, 4000 for a rewrite); a longer one is refused as ``too_long``.
@@ -233,6 +250,10 @@ class LLMAgent(Agent):
         context_max_tokens: the window of each conversation.
         context_options: more ``ContextManager`` arguments (``summary_call_mode``,
             ``summary_fork_min_span_ratio``, ``summary_trigger``, ...).
+        propose_with: a second provider that writes the proposals (and keeps the
+            conversations); None: ``provider`` does both.
+        propose_model: ``model=`` for the proposal calls (default: ``model`` when the
+            proposer is ``provider``, else the proposer's own default).
 
     Attributes:
         usage: the agent's token meter.
@@ -261,9 +282,16 @@ class LLMAgent(Agent):
         conversation: bool = False,
         context_max_tokens: int = 16000,
         context_options: Mapping[str, Any] | None = None,
+        propose_with: Provider | None = None,
+        propose_model: str | None = None,
     ) -> None:
         self.provider = adopt(provider, Provider, "provider",
                               fix="wrap a plain function with agentdescent.providers.from_callable(fn)")
+        self.proposer = self.provider if propose_with is None else adopt(
+            propose_with, Provider, "propose_with",
+            fix="wrap a plain function with agentdescent.providers.from_callable(fn)")
+        if propose_model is not None and not isinstance(propose_model, str):
+            raise InvalidArgumentType(f"LLMAgent(propose_model={propose_model!r:.80}): give a model name")
         if proposal not in DEFAULT_MAX_CHARS:
             raise InvalidArgument(
                 f"LLMAgent(proposal={proposal!r}): use 'rule' (one rule per proposal, for "
@@ -294,6 +322,8 @@ class LLMAgent(Agent):
         self.temperature = check_real(temperature, "temperature", low=0.0, optional=True, owner="LLMAgent",
                                       hint="None: the provider's default")
         self.model = model
+        self.propose_model = propose_model if propose_model is not None else (
+            model if self.proposer is self.provider else None)
         provider_usage = self.provider.usage
         self._provider_meter = provider_usage if isinstance(provider_usage, Usage) else None
         if usage is None and isinstance(provider_usage, Usage):
@@ -302,6 +332,9 @@ class LLMAgent(Agent):
         else:
             self.usage = usage if usage is not None else Usage()
             self._provider_records = provider_usage is self.usage
+        proposer_usage = self.proposer.usage
+        #: the proposer's own meter (its calls land there and, through the run's scopes, in the run meter)
+        self.propose_usage = proposer_usage if isinstance(proposer_usage, Usage) else self.usage
         self._lock = threading.Lock()
         self._stats = dict.fromkeys(_STAT_NAMES, 0)
         self.conversation = bool(conversation)
@@ -354,30 +387,38 @@ class LLMAgent(Agent):
         with self._lock:
             if key not in self.conversations:
                 self.conversations[key] = ContextManager(
-                    self.provider, max_tokens=self.context_max_tokens, **self.context_options
+                    self.proposer, max_tokens=self.context_max_tokens, **self.context_options
                 )
             return self.conversations[key]
 
     def __repr__(self) -> str:
+        if self.proposer is not self.provider:
+            return f"LLMAgent(provider={self.provider!r}, model={self.model!r}, propose_with={self.proposer!r})"
         return f"LLMAgent(provider={self.provider!r}, model={self.model!r})"
 
-    def _options(self) -> dict[str, Any]:
-        opts = {"model": self.model, "max_tokens": self.max_tokens, "temperature": self.temperature}
+    def _options(self, model: str | None = None) -> dict[str, Any]:
+        opts = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature}
         return {k: v for k, v in opts.items() if v is not None}
 
-    def _call(self, messages: list[dict[str, str]]) -> Completion:
-        result = self.provider.complete(messages, **self._options())
+    def _call(self, messages: list[dict[str, str]], *, propose: bool = False) -> Completion:
+        provider = self.proposer if propose else self.provider
+        result = provider.complete(messages, **self._options(self.propose_model if propose else self.model))
         if isinstance(result, str):
             result = Completion(result)
         if not isinstance(result, Completion):
             raise InvalidArgumentType(
-                f"LLMAgent: {self.provider!r:.80}.complete() returned a "
+                f"LLMAgent: {provider!r:.80}.complete() returned a "
                 f"{type(result).__name__}; a provider must return a Completion"
             )
         text = result.text if isinstance(result.text, str) else ""
-        if not self._provider_records:
+        if provider is self.provider:
+            records, meter = self._provider_records, self._provider_meter
+        else:  # the proposer: its own meter counts its calls, else the agent does
+            meter = self.proposer.usage if isinstance(self.proposer.usage, Usage) else None
+            records = meter is not None
+        if not records:
             call = result.usage
-            if self._provider_meter is not None and call is not None:
+            if meter is not None and call is not None:
                 self.usage.mirror(call)  # the provider's own meter already counted it
             else:
                 if call is None:
@@ -392,8 +433,8 @@ class LLMAgent(Agent):
         cm = self._conversation_for(key)
         cm.add_message({"role": "user", "content": user})
         view = cm.get_messages_for_request()
-        reply = self._call(view)
-        cm.note_request_sent(view, model=self.model)
+        reply = self._call(view, propose=True)
+        cm.note_request_sent(view, model=self.propose_model)
         cm.add_message({"role": "assistant", "content": reply.text})
         return reply
 
@@ -455,14 +496,20 @@ class LLMAgent(Agent):
             ProviderError: the provider failed (after its own retries).
         """
         blank = is_blank_artifact(rendered)
+        feedback = sanitize_text(str(getattr(reward, "feedback", "") or "")).strip()
         user = self.propose_template.format(
             artifact="(empty)" if blank else rendered.strip(),
             prompt=task.prompt,
             output=output,
             reward=float(reward),
             task_id=task.id,
+            feedback=feedback_paragraph(feedback),
+            feedback_text=feedback,
         )
-        reply = self._converse(user) if self.conversation else self._call([{"role": "user", "content": user}])
+        if self.conversation:
+            reply = self._converse(user)
+        else:
+            reply = self._call([{"role": "user", "content": user}], propose=True)
         parsed = parse_proposal(
             reply.text, artifact="" if blank else rendered, prompt=task.prompt, output=output,
             finish_reason=reply.finish_reason, mode=self.proposal, max_chars=self.max_proposal_chars,

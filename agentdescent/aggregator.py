@@ -497,6 +497,7 @@ class Aggregator:
             prepared.artifact_id, MergeOutcome.BELOW_THRESHOLD, accepted=prepared.candidate,
             fused=prepared.fused, considered=prepared.considered, discarded_stale=prepared.discarded_stale,
             conflicts_dropped=prepared.conflicts_dropped,
+            feedback=[c.feedback for c in cards if c.feedback],
             reason="self-verify gate: no card behind the candidate improved the task it was proposed "
                    "from, so it was not evaluated on held-out tasks",
         )
@@ -631,7 +632,8 @@ class Aggregator:
             chosen, fused, contributors = members[0].diff, False, members
             intake.set_aside.extend(c for c in survivors if c is not members[0])
         else:
-            intake.set_aside.extend(c for c in survivors if not any(c is m for m in members))
+            member_ids = {id(m) for m in members}
+            intake.set_aside.extend(c for c in survivors if id(c) not in member_ids)
             union = union_diff([c.diff for c in members], artifact_id)
             tournament = cfg.fusion_tournament and (
                 self.tournament_gate is None or self.tournament_gate()
@@ -746,6 +748,7 @@ class Aggregator:
             discarded_stale=prepared.discarded_stale,
             conflicts_dropped=prepared.conflicts_dropped,
             p_improve=acc.confidence,
+            feedback=[c.feedback for c in prepared.contributors if c.feedback],
         )
         suffix = f"; {', '.join(prepared.notes)}" if prepared.notes else ""
         oracle: tuple[float, float] | None = None
@@ -788,6 +791,9 @@ class Aggregator:
             "losses": measurement.acceptance.losses,
             "scored": measurement.scored,
         }
+        feedback = [c.feedback for c in prepared.contributors if c.feedback]
+        if feedback:
+            meta["feedback"] = feedback  # what the reward said about the rollouts behind it
         for attempt in range(self.config.cas_attempts):
             new_state = prepared.candidate.apply(base_state)
             try:

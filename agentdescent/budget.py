@@ -76,6 +76,7 @@ class BudgetGovernor:
         self.min_efficiency_samples = check_int(min_efficiency_samples, "min_efficiency_samples", low=1,
                                                 owner=owner)
         self._meter: Usage | None = None
+        self._excluded: tuple[str, ...] = ()
         self._pushed = 0
         self._lock = threading.Lock()
         self._round_spend: list[int] = []
@@ -86,8 +87,11 @@ class BudgetGovernor:
 
     # ------------------------------------------------------------------ accounting
 
-    def bind(self, meter: Usage) -> None:
+    def bind(self, meter: Usage, *, exclude_phases: tuple[str, ...] = ()) -> None:
         """Read the spend from ``meter`` from now on (the run's meter: what every call recorded).
+
+        ``exclude_phases``: phases of the meter that do not count as spend (a run's test
+        set, phase ``test``, unless the user puts it in the budget).
 
         Raises:
             InvalidArgumentType: ``meter`` is not a `Usage`.
@@ -96,12 +100,19 @@ class BudgetGovernor:
             raise InvalidArgumentType(f"BudgetGovernor.bind({meter!r}): pass an agentdescent.Usage meter")
         with self._lock:
             self._meter = meter
+            self._excluded = tuple(exclude_phases)
 
     @property
     def spent(self) -> int:
-        """Tokens spent so far: the bound meter's total, or the most `spend` was told."""
+        """Tokens spent so far: the bound meter's total (less its excluded phases), or the most `spend` was told."""
         meter = self._meter
-        return max(self._pushed, meter.total_tokens if meter is not None else 0)
+        if meter is None:
+            return self._pushed
+        total = meter.total_tokens
+        if self._excluded:
+            phases = meter.by_phase()
+            total -= sum(phases.get(p, 0) for p in self._excluded)
+        return max(self._pushed, total)
 
     def spend(self, cumulative_tokens: int) -> None:
         """Record a cumulative token count, for a governor bound to no meter (monotone).

@@ -90,6 +90,12 @@ class Split:
         cheap_eval_tasks: size of (or the tasks of) the cheap scoring subset that conflict
             resolution, rebase checks and the fusion tournament rank on (default
             ``min(held_out, max(8, held_out // 4))``, drawn from the held-out tasks).
+        test_tasks: a test set: tasks the run never uses for any decision (not among
+            ``tasks``), on which the starting and the final head are scored
+            (``result.test_initial``, ``result.test_final``, ``result.test``; see
+            `agentdescent.testset`).
+        test_repeats: draws per test task (more than 1 with a sampled model narrows the
+            interval of the difference).
 
     Raises:
         InvalidArgument: a knob out of range (named).
@@ -99,8 +105,19 @@ class Split:
     shuffle: bool = True
     stratify: str | None = None
     cheap_eval_tasks: int | Sequence[Task] | None = None
+    test_tasks: Sequence[Task] | None = None
+    test_repeats: int = 1
 
     def __post_init__(self) -> None:
+        check_int(self.test_repeats, "test_repeats", low=1, hint="draws per test task")
+        test = self.test_tasks
+        if test is not None:
+            if isinstance(test, (str, bytes, Mapping)) or not isinstance(test, Sequence) or not test or not all(
+                isinstance(t, Task) for t in test
+            ):
+                raise InvalidArgumentType(f"test_tasks={test!r:.80}: give a non-empty list of Task, or None")
+            if len({t.id for t in test}) != len(test):
+                raise InvalidArgument("test_tasks: two test tasks share an id; give each its own id")
         check_fraction(self.held_out_frac, "held_out_frac", low_open=True, high_open=True,
                        hint="a fraction strictly between 0 and 1: the share of tasks held out for acceptance")
         check_bool(self.shuffle, "shuffle")
@@ -188,6 +205,8 @@ class Limits:
         patience: stop after this many rounds' worth of rollouts (``n_workers`` each,
             in both engines) merged without a new best held-out reward.
         stop_on_diminishing_returns: with a budget, stop when reward per token stalls.
+        test_in_budget: count the test set's calls (phase ``test``) against
+            ``max_tokens``; by default they are metered but outside the budget.
 
     Raises:
         InvalidArgument: a knob out of range (named).
@@ -201,8 +220,10 @@ class Limits:
     target_reward: float | None = None
     patience: int | None = None
     stop_on_diminishing_returns: bool = False
+    test_in_budget: bool = False
 
     def __post_init__(self) -> None:
+        check_bool(self.test_in_budget, "test_in_budget")
         check_int(self.rounds, "rounds", low=1)
         check_seconds(self.max_seconds, "max_seconds", positive=True, optional=True)
         check_seconds(self.grace_seconds, "grace_seconds")
@@ -301,7 +322,8 @@ class RunConfig:
 
     Args:
         tasks: at least 4 tasks with unique ids; split into train and held-out by ``split``.
-        reward: ``reward(task, output) -> float`` in [0, 1].
+        reward: ``reward(task, output) -> float | Score`` in [0, 1] (`agentdescent.Score`:
+            a float with feedback, which reaches the proposer).
         agent: an object with ``solve(rendered, task)`` and ``propose(rendered, task,
             output, reward)`` (alternative to ``run``/``propose``); its meter, if any, is
             forwarded into the run's.
@@ -393,7 +415,13 @@ class RunConfig:
             if t.id in seen:
                 raise InvalidArgument(f"duplicate task id {t.id!r}: task ids must be unique")
             seen.add(t.id)
-        check_callable(self.reward, "reward", "reward(task, output) -> float", arity=2)
+        check_callable(self.reward, "reward", "reward(task, output) -> float | Score", arity=2)
+        clash = sorted({t.id for t in self.split.test_tasks or ()} & seen)
+        if clash:
+            raise InvalidArgument(
+                f"test_tasks: {len(clash)} test task(s) are also run tasks ({clash[0]!r}...): a test set "
+                "holds tasks the run never uses for a decision; take them out of tasks"
+            )
         check_text(self.artifact_id, "artifact_id", hint="the artifact's id in the ledger")
         check_fraction(self.blast_radius, "blast_radius", hint="above 0.30 the artifact is slow (L1)")
         if not is_int(self.seed):

@@ -24,8 +24,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
-import math
-import numbers
 import os
 import pickle
 import queue
@@ -41,11 +39,11 @@ from .errors import (
     BackendFailure,
     ContractError,
     ProviderError,
-    RewardContractError,
     RunFailed,
     RunTimeout,
 )
 from .failures import Verdict, ends_run, judge
+from .rewards import Score, check_reward
 from .types import Task, sanitize_text
 from .usage import Usage, recording, replay_usage, run_meters, usage_phase, worker_scope
 
@@ -54,6 +52,7 @@ __all__ = [
     "CallResult",
     "CallRunner",
     "DaemonPool",
+    "calls_a_model",
     "check_travel",
     "executor_gave_up",
     "run_call",
@@ -64,32 +63,26 @@ __all__ = [
 logger = logging.getLogger("agentdescent.executors")
 
 
-def score_output(reward: Callable[[Task, str], float], task: Task, output: Any) -> float:
+def score_output(reward: Callable[[Task, str], Any], task: Task, output: Any) -> Score:
     """The reward of one ``run``/``solve`` output, with both contracts checked (a pure function).
+
+    Returns:
+        The reward as a `agentdescent.rewards.Score` (a float reward has no feedback).
 
     Raises:
         ContractError: the output is not a ``str``.
-        RewardContractError: the reward is not a finite number in [0, 1].
+        RewardContractError: the reward is not a finite number in [0, 1] (or a `Score`).
     """
     if not isinstance(output, str):
         raise ContractError(
             f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
         )
-    return _check_reward(task, reward(task, output))
+    return check_reward(task, reward(task, output))
 
 
-def _check_reward(task: Task, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise RewardContractError(
-            f"reward for task {task.id!r} returned {value!r} ({type(value).__name__}); "
-            "return a float in [0, 1]"
-        )
-    value = float(value)
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise RewardContractError(
-            f"reward for task {task.id!r} returned {value!r}; return a finite float in [0, 1]"
-        )
-    return value
+def calls_a_model(reward: Any) -> bool:
+    """Whether ``reward`` makes model calls of its own (a judge): they are then calls of the run."""
+    return bool(getattr(reward, "calls_a_model", False))
 
 
 # =========================================================================== the call pool
@@ -209,7 +202,8 @@ class CallResult:
 
     Args:
         output: what ``fn`` returned (a ``str`` sanitised with `sanitize_text`).
-        reward: the checked reward of the output, when the call is scored.
+        reward: the checked reward of the output (a `agentdescent.rewards.Score`), when the
+            call is scored.
         usage: the tokens the call recorded (on any meter, by a provider or by a user
             callable into the meter it was given), phases kept; None when the call ran in
             the run's own thread, where they already reached the run's meters.
@@ -219,7 +213,7 @@ class CallResult:
     """
 
     output: Any = None
-    reward: float | None = None
+    reward: Score | None = None
     usage: Usage | None = None
     error: Exception | None = None
     score_error: Exception | None = None
@@ -375,16 +369,30 @@ class CallRunner:
         return self._retrying(Call(fn, args, phase, worker), what).output
 
     def solve_and_score(self, rendered: str, task: Task, *, what: str, phase: str,
-                        worker: int | None = None) -> tuple[str, float]:
+                        worker: int | None = None) -> tuple[str, Score]:
         """Solve ``task`` on ``rendered`` and score the output: a rollout, a self-verify or one evaluation.
 
         The call is retried under the failure rule; the scoring is not (a reward that
-        raises, or breaks its contract, ends the run wherever it ran).
+        raises, or breaks its contract, ends the run wherever it ran) — except a reward that
+        makes model calls of its own (a judge, `calls_a_model`): it is a second call, in
+        phase ``judge``, under the same failure rule as every call.
+
+        Returns:
+            The output and its reward as a `agentdescent.rewards.Score`.
 
         Raises:
             BackendFailure, RunFailed, ContractError: as `call`.
             RewardContractError: the reward is not a finite number in [0, 1].
         """
+        if calls_a_model(self.reward):
+            output = self._retrying(Call(self.solve, (rendered, task), phase, worker), what).output
+            if not isinstance(output, str):
+                raise ContractError(
+                    f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
+                )
+            graded = self._retrying(Call(self.reward, (task, output), "judge", worker), f"judge of {what}")
+            self.counters.add("judge_calls")
+            return output, check_reward(task, graded.output)
         result = self._retrying(Call(self.solve, (rendered, task), phase, worker, self.reward, task), what)
         return result.output, self._reward_of(task, result)
 
@@ -402,7 +410,7 @@ class CallRunner:
         """
         def one(task: Task) -> float:
             return self.solve_and_score(rendered, task, what=f"evaluation on task {task.id!r}",
-                                        phase="evaluation")[1]
+                                        phase="evaluation")[1].value
 
         return self.map(one, tasks, stop_on_failure=True)
 
@@ -452,7 +460,7 @@ class CallRunner:
                 results.append(exc if exc is not None else future.result())
         return results
 
-    def score(self, task: Task, output: Any) -> float:
+    def score(self, task: Task, output: Any) -> Score:
         """The reward of one ``run``/``solve`` output, with both contracts checked.
 
         Raises:
@@ -493,7 +501,7 @@ class CallRunner:
             out = call.fn(*call.args)
         return CallResult(sanitize_text(out) if isinstance(out, str) else out)
 
-    def _reward_of(self, task: Task, result: CallResult) -> float:
+    def _reward_of(self, task: Task, result: CallResult) -> Score:
         """The scored reward: computed here on a thread pool, brought back by the call otherwise."""
         if not self.remote:
             return self.score(task, result.output)

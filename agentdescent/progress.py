@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from .errors import LedgerError
 from .ledger import Ledger
 from .result import RoundInfo
+from .testset import Evaluation
 from .usage import Usage
 
 __all__ = ["RUN_STATE_FORMAT", "ProgressStore", "SavedProgress", "capture", "read_progress", "restore"]
@@ -146,6 +147,7 @@ class RunParts(Protocol):
     groups: Any
     artifact_id: str
     held_out: list[Any]
+    test_initial: Any  # an agentdescent.testset.Evaluation, or None
 
 
 def capture(run: RunParts, head_version: int) -> dict[str, Any]:
@@ -167,6 +169,7 @@ def capture(run: RunParts, head_version: int) -> dict[str, Any]:
                  "scores": run.aggregator.head_state_dict(run.artifact_id, head_version)},
         "noise": run.aggregator.noise.stats(),
         "memory": run.aggregator.memory_state_dict(),
+        "test_initial": run.test_initial.to_json() if run.test_initial is not None else None,
     }
 
 
@@ -194,6 +197,8 @@ def restore(run: RunParts, saved: SavedProgress, tasks: Mapping[str, Any], head_
         run.aggregator.noise.load_state_dict(state["noise"])
     if state.get("memory"):
         run.aggregator.load_memory_state_dict(state["memory"], tasks)
+    if state.get("test_initial"):
+        run.test_initial = Evaluation.from_json(state["test_initial"])
     head = state.get("head") or {}
     scores = head.get("scores")
     if (isinstance(scores, Mapping) and head.get("version") == head_version

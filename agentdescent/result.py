@@ -136,6 +136,13 @@ class EvolutionResult:
             async sweeps, the eta histogram, stragglers...).
         async_stats: what the barrier-free runtime counted (`AsyncStats`), or None for a
             sync run.
+        test_initial: the starting head's mean score on the test set (``test_tasks=``), or None.
+        test_final: the final head's mean score on the test set, or None (no test set, or
+            the run failed or ran out of time before it could be scored).
+        test: the test set's report, JSON-ready: ``initial`` and ``final`` (each an
+            `agentdescent.testset.Evaluation` as JSON: the draws and feedback per task, the
+            mean and its 95 % interval) and ``difference`` (final − initial, task by task,
+            with its interval and ``separated``: whether the interval excludes 0).
     """
 
     state: dict[str, str]
@@ -153,6 +160,9 @@ class EvolutionResult:
     rollouts: int = 0
     counters: dict[str, Any] = field(default_factory=dict)
     async_stats: AsyncStats | None = None
+    test_initial: float | None = None
+    test_final: float | None = None
+    test: dict[str, Any] | None = None
 
     def outcomes(self) -> dict[str, int]:
         """How many merge decisions ended each way, keyed by `MergeOutcome` value.
@@ -191,6 +201,9 @@ class EvolutionResult:
             "rollouts": self.rollouts,
             "counters": self.counters,
             "async_stats": self.async_stats.to_json() if self.async_stats is not None else None,
+            "test_initial": self.test_initial,
+            "test_final": self.test_final,
+            "test": self.test,
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -232,6 +245,9 @@ class EvolutionResult:
                 rollouts=int(data["rollouts"]),
                 counters=dict(data["counters"]),
                 async_stats=AsyncStats.from_json(data["async_stats"]) if data.get("async_stats") else None,
+                test_initial=data.get("test_initial"),
+                test_final=data.get("test_final"),
+                test=data.get("test"),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise AgentDescentError(

@@ -41,6 +41,7 @@ from .result import AsyncStats, EvolutionResult, RoundInfo
 from .staleness import StalenessPolicy
 from .stopping import StopRules
 from .strategies import AppendRules, Strategy
+from .testset import Evaluation, paired_difference, score_on
 from .types import MergeOutcome, MergeReport, Task
 from .usage import Usage
 from .worker import GroupTracker, TaskWalk
@@ -96,6 +97,7 @@ class RunEnv:
     groups: GroupTracker = field(default_factory=GroupTracker)
     initial_reward: float | None = None
     last_reward: float | None = None
+    test_initial: Evaluation | None = None  # the starting head on the test set (kept across a resume)
 
     @property
     def artifact_id(self) -> str:
@@ -121,6 +123,36 @@ class RunEnv:
     def history(self) -> list[RoundInfo]:
         """Every round recorded so far (a resumed run's earlier rounds included)."""
         return self.recorder.history
+
+    # ----------------------------------------------------------------- the test set
+
+    def score_test(self, state: Mapping[str, str]) -> Evaluation | None:
+        """Score ``state`` on the run's test tasks (phase ``test``), or None without a test set.
+
+        Each task is drawn ``test_repeats`` times, on the run's pool, under the failure rule
+        like every call; a task that fails for good leaves the evaluation out (None, with a
+        warning), and a run that cannot go on raises as usual.
+
+        Raises:
+            RunFailed, RunTimeout, ContractError: as any call of the run.
+        """
+        tasks = self.config.split.test_tasks
+        if not tasks:
+            return None
+        rendered = self.strategy.render(state)
+
+        def one(task: Task, draw: int) -> tuple[str, Any]:
+            return self.runner.solve_and_score(rendered, task, what=f"test draw {draw + 1} of task {task.id!r}",
+                                               phase="test")
+
+        try:
+            evaluation = score_on(one, list(tasks), self.config.split.test_repeats,
+                                  lambda fn, jobs: self.runner.map(fn, jobs, stop_on_failure=True))
+        except BackendFailure as exc:
+            logger.warning("the test set could not be scored (%s); the result has no test score for it", exc)
+            return None
+        self.counters.add("test_calls", len(tasks) * self.config.split.test_repeats)
+        return evaluation
 
     # ----------------------------------------------------------------- merging
 
@@ -331,7 +363,7 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
     meters = (usage,) if config.usage is None else (usage, config.usage)
     governor = BudgetGovernor(max_tokens=config.limits.max_tokens, allocator=config.allocator,
                               stop_on_diminishing=config.limits.stop_on_diminishing_returns)
-    governor.bind(usage)
+    governor.bind(usage, exclude_phases=() if config.limits.test_in_budget else ("test",))
     clock = config.clock
     stops = StopRules(config.limits, config.schedule.n_workers, governor, clock)
     owns_executor = executor is None
@@ -409,6 +441,8 @@ def drive(env: RunEnv, scheduler: Callable[[], str]) -> tuple[str, str | None]:
     """
     try:
         env.measure_initial()
+        if env.config.split.test_tasks and env.test_initial is None:
+            env.test_initial = env.score_test(env.ledger.head(env.artifact_id)[1])
         return scheduler(), None
     except RunTimeout as exc:
         logger.warning("%s; stopping", exc)
@@ -447,6 +481,7 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     counters["final_reward_inherited"] = estimate.inherited
     if extra_counters:
         counters.update(extra_counters)
+    test = _test_report(env, state, error)
     return EvolutionResult(
         state=state,
         rendered=env.strategy.render(state),
@@ -463,4 +498,28 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
         rollouts=env.counters.get("rollouts"),
         counters=counters,
         async_stats=async_stats,
+        test_initial=test["initial"]["mean"] if test and test.get("initial") else None,
+        test_final=test["final"]["mean"] if test and test.get("final") else None,
+        test=test,
     )
+
+
+def _test_report(env: RunEnv, state: Mapping[str, str], error: str | None) -> dict[str, Any] | None:
+    """The test set's report: the starting and the final head scored, and their paired difference.
+
+    The final head is scored unless the run failed or its hard deadline passed (then only
+    the starting head's evaluation is reported).
+    """
+    if not env.config.split.test_tasks:
+        return None
+    final: Evaluation | None = None
+    if error is None:
+        try:
+            final = env.score_test(state)
+        except (RunTimeout, RunFailed) as exc:
+            logger.warning("the final head was not scored on the test set: %s", exc)
+    report: dict[str, Any] = {"initial": env.test_initial.to_json() if env.test_initial else None,
+                              "final": final.to_json() if final else None, "difference": None}
+    if env.test_initial is not None and final is not None:
+        report["difference"] = paired_difference(env.test_initial, final).to_json()
+    return report

@@ -260,6 +260,9 @@ class EvidenceCard:
         allocated: the budget governor judged the candidate worth its optional spend
             (its self-verify and its held-out evaluation); a candidate none of whose cards
             is allocated is not evaluated, so not committed. Always True without a budget.
+        feedback: what the reward said about the prompting rollout (a
+            `agentdescent.rewards.Score`'s feedback; '' for a float reward): it reached the
+            proposal request, and a commit's metadata keeps it.
     """
 
     diff: Diff
@@ -270,6 +273,7 @@ class EvidenceCard:
     cost_tokens: int = 0
     self_verified: bool = False
     allocated: bool = True
+    feedback: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the trajectory tasks by id)."""
@@ -277,7 +281,7 @@ class EvidenceCard:
             "diff": self.diff.to_json(), "base_version": dict(self.base_version),
             "before_after_delta": self.before_after_delta, "advantage": self.advantage,
             "trajectory_refs": [t.id for t in self.trajectory_refs], "cost_tokens": self.cost_tokens,
-            "self_verified": self.self_verified, "allocated": self.allocated,
+            "self_verified": self.self_verified, "allocated": self.allocated, "feedback": self.feedback,
         }
 
     @classmethod
@@ -288,7 +292,7 @@ class EvidenceCard:
             before_after_delta=data["before_after_delta"], advantage=data["advantage"],
             trajectory_refs=[tasks[i] for i in data["trajectory_refs"] if i in tasks],
             cost_tokens=int(data["cost_tokens"]), self_verified=bool(data["self_verified"]),
-            allocated=bool(data["allocated"]),
+            allocated=bool(data["allocated"]), feedback=str(data.get("feedback", "")),
         )
 
 
@@ -327,6 +331,8 @@ class MergeReport:
         p_improve: the paired test's confidence ``1 - 1/E`` (E its e-value), when measured.
         committed_version: the new head version on commit.
         reason: a sentence saying why the decision went this way.
+        feedback: the reward's feedback on the rollouts the candidate's cards were
+            proposed from (what prompted the change), when the reward gave any.
     """
 
     artifact_id: str
@@ -339,6 +345,7 @@ class MergeReport:
     p_improve: float | None = None
     committed_version: int | None = None
     reason: str = ""
+    feedback: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of the report."""
@@ -353,6 +360,7 @@ class MergeReport:
             "p_improve": self.p_improve,
             "committed_version": self.committed_version,
             "reason": self.reason,
+            "feedback": list(self.feedback),
         }
 
     @classmethod
@@ -370,4 +378,5 @@ class MergeReport:
             p_improve=data.get("p_improve"),
             committed_version=data.get("committed_version"),
             reason=data.get("reason", ""),
+            feedback=[str(f) for f in data.get("feedback", [])],
         )

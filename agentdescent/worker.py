@@ -203,7 +203,7 @@ class Rollout:
     state: dict[str, str]
     rendered: str
     output: str
-    reward: float
+    reward: float  # a `agentdescent.rewards.Score`: the proposer reads its ``feedback``
     tokens: int = 0
 
 
@@ -263,7 +263,8 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
                                     env.artifact_id)
         if diff is None:
             return None
-        card = EvidenceCard(diff, {env.artifact_id: rollout.version}, None, advantage, [task])
+        card = EvidenceCard(diff, {env.artifact_id: rollout.version}, None, advantage, [task],
+                            feedback=getattr(rollout.reward, "feedback", ""))
         card.allocated = env.governor.candidate_worth(pre_spend_context(card, env.blast_radius))
         if not card.allocated:
             env.counters.add("not_allocated")
@@ -274,7 +275,7 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
                     patched, task, what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",
                     phase="self_verify", worker=rollout.worker_id,
                 )
-                card.before_after_delta = verified - rollout.reward
+                card.before_after_delta = float(verified) - float(rollout.reward)
                 card.self_verified = True
                 env.counters.add("self_verify_rollouts")
             else:
