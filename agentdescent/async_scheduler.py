@@ -239,7 +239,8 @@ class AsyncScheduler:
                 hard = stops.hard_deadline()
                 if hard is not None:
                     end = min(end, hard)
-                self.clock.wait_for(self.cond, lambda: self.exited >= self.n_workers, end)
+                started = sum(t.ident is not None for t in self.threads)  # none if the run ended before them
+                self.clock.wait_for(self.cond, lambda: self.exited >= started, end)
         stragglers = sum(t.is_alive() for t in self.threads)
         if stragglers:
             logger.warning("%d worker(s) still running after the %.1fs grace; their results "

@@ -56,7 +56,7 @@ CRITIQUE: one or two sentences saying what is right or wrong with the answer"""
 _FIELDS = {"rubric", "prompt", "output", "answer", "task_id"}
 _REQUIRED = ("rubric", "prompt", "output")
 _SCORE = re.compile(r"score\s*[:=]\s*\**\s*([-+]?\d+(?:\.\d+)?)\s*(%|/\s*(\d+(?:\.\d+)?))?", re.IGNORECASE)
-_CRITIQUE = re.compile(r"critique\s*[:=]\s*(.+)", re.IGNORECASE | re.DOTALL)
+_CRITIQUE = re.compile(r"critique\s*[:=]\s*(.+?)(?=^\s*\**\s*score\s*[:=]|\Z)", re.IGNORECASE | re.DOTALL | re.MULTILINE)
 
 
 def read_verdict(reply: str) -> tuple[float | None, str]:

@@ -86,6 +86,9 @@ class Score(float):
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Score is immutable: cannot set {name!r}")
 
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Score is immutable: cannot delete {name!r}")
+
     @property
     def value(self) -> float:
         """The reward as a plain float."""
@@ -207,7 +210,19 @@ def one_of(choices: Sequence[str]) -> Callable[[Task, str], Score]:
     labels = [str(c).strip() for c in choices]
     if len({c.lower() for c in labels if c}) < 2 or any(not c for c in labels):
         raise InvalidArgument(f"one_of(choices={list(choices)!r:.80}): give at least two distinct, non-empty labels")
-    patterns = [(label, _word_pattern(label)) for label in labels]
+    patterns = [(label, _word_pattern(label)) for label in sorted(labels, key=len, reverse=True)]
+
+    def named_in(output: str) -> list[str]:
+        """The choices the reply names; a longer choice's match hides the shorter ones inside it ("C#" is not "C")."""
+        taken: list[tuple[int, int]] = []
+        named: list[str] = []
+        for label, pattern in patterns:
+            for m in pattern.finditer(output):
+                if not any(m.start() < b and a < m.end() for a, b in taken):
+                    taken.append(m.span())
+                    if label not in named:
+                        named.append(label)
+        return [label for label in labels if label in named]
 
     def reward(task: Task, output: str) -> Score:
         answer = _answer(task)
@@ -215,7 +230,7 @@ def one_of(choices: Sequence[str]) -> Callable[[Task, str], Score]:
             raise RewardContractError(
                 f"task {task.id!r}: its answer {answer!r} is not one of the choices {labels!r}"
             )
-        named = [label for label, pattern in patterns if pattern.search(output)]
+        named = named_in(output)
         if len(named) == 1 and named[0].lower() == answer.strip().lower():
             return Score(1.0, f"correct: the reply names {_show(named[0])} and no other choice")
         if not named:
@@ -245,6 +260,13 @@ def _first_number(text: str) -> float | None:
     return None
 
 
+def _num(x: float) -> str:
+    """A number as a reader writes it: no exponent for what fits, the digits it has."""
+    if x == int(x) and abs(x) < 1e15:
+        return str(int(x))
+    return format(x, ".12g")
+
+
 def number_within(tolerance: float = 0.0, *, relative: bool = False) -> Callable[[Task, str], Score]:
     """A reward for numeric answers: the first number in the reply is within ``tolerance`` of the answer.
 
@@ -268,23 +290,24 @@ def number_within(tolerance: float = 0.0, *, relative: bool = False) -> Callable
             raise RewardContractError(f"task {task.id!r}: its answer {text!r} is not a number")
         got = _first_number(output)
         if got is None:
-            return Score(0.0, f"expected the number {expected:g}; the reply has no number: {_show(output)}")
+            return Score(0.0, f"expected the number {_num(expected)}; the reply has no number: {_show(output)}")
         limit = tolerance * abs(expected) if relative else tolerance
         if abs(got - expected) <= limit + 1e-12:
-            return Score(1.0, f"correct: {got:g} is within {limit:g} of {expected:g}")
-        return Score(0.0, f"expected {expected:g} (within {limit:g}); the reply's number was {got:g}")
+            return Score(1.0, f"correct: {_num(got)} is within {_num(limit)} of {_num(expected)}")
+        return Score(0.0, f"expected {_num(expected)} (within {_num(limit)}); the reply's number was {_num(got)}")
 
     reward.__name__ = "number_within"
     reward.__qualname__ = f"number_within({tolerance!r}, relative={relative!r})"
     return reward
 
 
-def answer_regex(pattern: str = r"\b{answer}\b", *, flags: int = re.IGNORECASE) -> Callable[[Task, str], Score]:
+def answer_regex(pattern: str = r"(?<!\w){answer}(?!\w)", *, flags: int = re.IGNORECASE) -> Callable[[Task, str], Score]:
     """A reward from a regular expression built from each task's own answer.
 
     ``{answer}`` in ``pattern`` is replaced by the task's answer, escaped; a pattern
     without it is used as it is (the same for every task). The default matches the answer
-    as a whole word, case-insensitively.
+    as a whole word or phrase (not inside a longer word, whatever characters it ends
+    with: "C++" matches in "use C++ here"), case-insensitively.
 
     Raises:
         InvalidArgument: the pattern does not compile (checked with a sample answer).

@@ -263,6 +263,7 @@ class RoundRecorder:
         self.history: list[RoundInfo] = list(history)
         self.resumed_rounds = len(self.history)
         self._tokens_mark = usage.total_tokens
+        self._spent_mark = governor.spent  # the budget's view: without the phases it leaves out
         self._failures_mark = counters.get("backend_failures")
         self.bar: Any = None
 
@@ -284,7 +285,9 @@ class RoundRecorder:
         )
         self._tokens_mark, self._failures_mark = total, failures
         self.history.append(info)
-        self.governor.end_round(info.tokens)
+        spent = self.governor.spent
+        self.governor.end_round(spent - self._spent_mark)  # the projection excludes what the budget does
+        self._spent_mark = spent
         logger.info("%s %d: held-out %.3f, %d commit(s), %d token(s)", self.unit, info.index, held,
                     info.committed, info.tokens)
         if self.on_round is not None:
@@ -466,6 +469,7 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     at the stop can no longer change.
     """
     version, state = env.ledger.head(env.artifact_id)
+    test = _test_report(env, state, error)  # its calls belong in the result's meter and counters
     estimate = env.aggregator.head_estimate(env.artifact_id)
     final = math.nan if env.last_reward is None and estimate.measured == 0 else estimate.reward
     usage = env.usage.copy()
@@ -481,7 +485,6 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     counters["final_reward_inherited"] = estimate.inherited
     if extra_counters:
         counters.update(extra_counters)
-    test = _test_report(env, state, error)
     return EvolutionResult(
         state=state,
         rendered=env.strategy.render(state),
