@@ -1,26 +1,32 @@
 """The command line (``agentdescent``, ``python -m agentdescent``) and run directories.
 
 A run directory holds everything about one run, in real files: ``spec.json`` (what to
-run: tasks file, model, provider, the *name* of the API key's environment variable,
-reward, strategy, initial artifact), ``tasks.jsonl`` (a copy of the tasks), and once it
-runs ``ledger.sqlite`` (every version of the artifact and the run's progress),
-``rounds.jsonl`` (one JSON line per round, appended as each round ends), ``status.json``
-(atomically replaced) and ``result.json``. An API key is never written anywhere.
+run: tasks file, model, provider, the *name* of the API key's environment variable, the
+proposer model when a second one writes the proposals, reward, strategy, initial
+artifact), ``tasks.jsonl`` (a copy of the tasks), ``test_tasks.jsonl`` (a copy of the
+test set, with ``init --test-tasks``), and once it runs ``ledger.sqlite`` (every version
+of the artifact and the run's progress), ``rounds.jsonl`` (one JSON line per round,
+appended as each round ends), ``status.json`` (atomically replaced) and ``result.json``.
+An API key is never written anywhere.
 
 Commands: ``demo``, ``init``, ``plan``, ``run``, ``status``, ``show``, ``resume``,
-``export``, ``report``; each has ``--help``. Exit codes: 0 done, 1 the run failed (the
-message names the cause), 2 usage error (a bad flag, or a missing or malformed file,
-naming the line).
+``eval``, ``export``, ``report``; each has ``--help``. Exit codes: 0 done, 1 the run (or
+``eval``'s model calls) failed (the message names the cause), 2 usage error (a bad flag,
+or a missing or malformed file, naming the line).
 
-This module owns argument parsing, the run-directory files and the HTML report; the
-evolution itself is `agentdescent.evolution.evolve`'s. It must not print secrets.
+The ``--reward`` names are `agentdescent.rewards.by_name`'s (one home for each rule), plus
+``MODULE:FUNC``; each built-in returns a `agentdescent.rewards.Score` whose feedback
+reaches the proposer.
+
+This module owns argument parsing, the commands and the HTML report; the run directory's
+files are `agentdescent.rundir`'s and the evolution itself is `agentdescent.evolution.evolve`'s.
+It must not print secrets.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import difflib
 import html
 import importlib
@@ -33,124 +39,58 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import rewards
 from ._version import VERSION as __version__
 from .demo import main as demo_main
-from .errors import AgentDescentError, UsageError
+from .errors import (
+    AgentDescentError,
+    InvalidArgument,
+    ProviderError,
+    RewardContractError,
+    UsageError,
+)
 from .evolution import evolve
 from .ledger import SqliteLedger
 from .progress import read_progress
 from .result import RoundInfo
+from .rundir import SPEC_FORMAT, RunDir, atomic_write, load_tasks, now, read_json, write_tasks
 from .strategies import AppendRules, KeyedRules, SingleSlot, Strategy
+from .testset import evaluate
 from .tokens import estimate_tokens
 from .types import Task
 
 __all__ = ["SPEC_FORMAT", "UsageError", "main"]
 
-SPEC_FORMAT = "agentdescent-run/1"
 ARTIFACT_ID = "artifact"
-_REWARDS = "exact, contains, regex:PATTERN or MODULE:FUNC"
-
-
-# --------------------------------------------------------------------------- files
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no {what} here; is this a run directory made by `agentdescent init`?") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable {what} ({exc})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: the {what} must be a JSON object")
-    return data
-
-
-def load_tasks(path: Path) -> list[Task]:
-    """Read a tasks file: one JSON object per line with ``prompt``, optional ``id`` and ``answer``.
-
-    Raises:
-        UsageError: the file is missing, or a line is malformed (the message names the line).
-    """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"--tasks {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--tasks {path}: cannot read it ({exc})") from None
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise UsageError(f"{path}, line {n}: not JSON ({exc.args[0]})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-            raise UsageError(f'{path}, line {n}: each line must be a JSON object with a non-empty "prompt" string')
-        task_id = str(row.get("id", f"task-{n}"))
-        if task_id in seen:
-            raise UsageError(f"{path}, line {n}: duplicate id {task_id!r}; ids must be unique")
-        seen.add(task_id)
-        meta = {k: v for k, v in row.items() if k not in ("id", "prompt")}
-        tasks.append(Task(task_id, row["prompt"], meta))
-    if len(tasks) < 4:
-        raise UsageError(f"{path}: {len(tasks)} task(s); give at least 4 (some train, some held out)")
-    return tasks
+_REWARDS = ("exact, normalized, contains, choice:A,B,..., number:TOL (number:1% relative), "
+            "regex:PATTERN ({answer} in it is the task's answer) or MODULE:FUNC")
+#: the kinds of the built-in ``--reward`` names (`agentdescent.rewards.by_name`)
+_BUILTIN_KINDS = ("exact", "normalized", "contains", "choice", "number", "regex")
+_DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 # --------------------------------------------------------------------------- rewards and strategies
 
 
-def _normalize(text: str) -> str:
-    text = re.sub(r"[^\w\s]", " ", text.lower())
-    return " ".join(text.split())
+def make_reward(spec: str) -> Callable[[Task, str], Any]:
+    """The reward a ``--reward`` value names: a built-in of `agentdescent.rewards.by_name`, or ``MODULE:FUNC``.
 
-
-def _answer(task: Task) -> str:
-    if "answer" not in task.meta:
-        raise UsageError(f"task {task.id!r} has no \"answer\"; the built-in rewards compare the output with it")
-    return str(task.meta["answer"])
-
-
-def reward_exact(task: Task, output: str) -> float:
-    """1.0 when the output equals the task's ``answer`` (case, punctuation and spacing ignored)."""
-    return 1.0 if _normalize(output) == _normalize(_answer(task)) else 0.0
-
-
-def reward_contains(task: Task, output: str) -> float:
-    """1.0 when the task's ``answer`` appears in the output as whole words (case ignored)."""
-    answer = _normalize(_answer(task))
-    return 1.0 if answer and re.search(rf"(^|\s){re.escape(answer)}($|\s)", _normalize(output)) else 0.0
-
-
-def make_reward(spec: str) -> Callable[[Task, str], float]:
-    """The reward a ``--reward`` value names.
+    The built-ins (``exact``, ``normalized``, ``contains``, ``choice:A,B,...``,
+    ``number:TOL``, ``regex:PATTERN``) return a `agentdescent.rewards.Score` with feedback.
+    ``regex:PATTERN`` with ``{answer}`` in it is built from each task's answer; without it,
+    it is one pattern for every task; either way it is searched as written (case counts
+    unless the pattern starts with ``(?i)``), as it always was.
 
     Raises:
-        UsageError: an unknown name, a bad pattern, or a function that cannot be imported.
+        UsageError: an unknown name, a bad pattern or argument, or a function that cannot be imported.
     """
-    if spec == "exact":
-        return reward_exact
-    if spec == "contains":
-        return reward_contains
-    if spec.startswith("regex:"):
+    kind, sep, arg = spec.partition(":")
+    if kind in _BUILTIN_KINDS:
         try:
-            pattern = re.compile(spec[len("regex:"):])
-        except re.error as exc:
-            raise UsageError(f"--reward {spec!r}: not a valid regular expression ({exc})") from None
-
-        def reward_regex(task: Task, output: str) -> float:
-            return 1.0 if pattern.search(output) else 0.0
-
-        return reward_regex
+            return rewards.by_name(spec)
+        except InvalidArgument as exc:
+            text = str(exc)
+            raise UsageError(text if text.startswith("--reward") else f"--reward {spec!r}: {text}") from None
     module, sep, func = spec.partition(":")
     if sep and module and func:
         try:
@@ -161,6 +101,34 @@ def make_reward(spec: str) -> Callable[[Task, str], float]:
             raise UsageError(f"--reward {spec!r}: {module}.{func} is not callable")
         return fn
     raise UsageError(f"--reward {spec!r}: use {_REWARDS}")
+
+
+def _needs_answer(spec: str) -> bool:
+    kind, _, arg = spec.partition(":")
+    return kind in ("exact", "normalized", "contains", "choice", "number") or (kind == "regex" and "{answer}" in arg)
+
+
+def check_answers(spec: str, reward: Callable[[Task, str], Any], tasks: Sequence[Task], where: str) -> None:
+    """Check, before any call, that a built-in reward can score every task of ``where``.
+
+    Each task needs an ``answer`` when the reward compares with it; a ``choice:`` answer
+    must be one of the choices and a ``number:`` answer a number. A ``MODULE:FUNC``
+    reward is not called.
+
+    Raises:
+        UsageError: naming the reward, the file and the task.
+    """
+    if spec.partition(":")[0] not in _BUILTIN_KINDS or not _needs_answer(spec):
+        return
+    missing = [t.id for t in tasks if t.meta.get("answer") is None]
+    if missing:
+        raise UsageError(f'--reward {spec} compares with each task\'s "answer"; task {missing[0]!r} of {where} '
+                         "has none")
+    for task in tasks:
+        try:
+            reward(task, "")
+        except RewardContractError as exc:
+            raise UsageError(f"--reward {spec}: {where}: {exc}") from None
 
 
 def make_strategy(spec: dict[str, Any], tasks: Sequence[Task]) -> Strategy:
@@ -189,98 +157,64 @@ def initial_state(spec: dict[str, Any], strategy: Strategy) -> dict[str, str]:
     return state
 
 
-def make_agent(spec: dict[str, Any]) -> Any:
-    """The `LLMAgent` the spec describes; the key is read from its environment variable now."""
-    from .agents import LLMAgent
+def _provider(model: str, kind: str, base_url: str | None, env_var: str | None, whose: str) -> Any:
+    """A provider adapter; its key is read from ``env_var`` now (never stored)."""
     from .providers import anthropic, openai_compatible
 
-    env_var = spec.get("api_key_env")
     key = os.environ.get(env_var) if env_var else None
     if env_var and not key:
-        raise UsageError(f"the API key's environment variable {env_var} is not set; export it and run again")
-    factory = openai_compatible if spec["provider"] == "openai" else anthropic
+        raise UsageError(f"{whose} environment variable {env_var} is not set; export it and run again")
+    factory = openai_compatible if kind == "openai" else anthropic
     options: dict[str, Any] = {"api_key": key}
-    if spec.get("base_url"):
-        options["base_url"] = spec["base_url"]
-    provider = factory(spec["model"], **options)
-    return LLMAgent(provider, max_tokens=spec.get("call_tokens"), temperature=spec.get("temperature"))
+    if base_url:
+        options["base_url"] = base_url
+    return factory(model, **options)
 
 
-# --------------------------------------------------------------------------- run directory
+def make_agent(spec: dict[str, Any], *, propose: bool = True) -> Any:
+    """The `LLMAgent` the spec describes; keys are read from their environment variables now.
 
+    With a ``proposer`` in the spec (``init --proposer-model``) a second provider writes
+    the proposals (``LLMAgent(propose_with=..., propose_model=...)``) while the run's model
+    answers the tasks. ``propose=False`` builds the solving side only (``eval``).
+    """
+    from .agents import LLMAgent
 
-class RunDir:
-    """The files of one run directory (see the module docstring)."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-
-    spec_file = property(lambda self: self.path / "spec.json")
-    tasks_file = property(lambda self: self.path / "tasks.jsonl")
-    ledger_file = property(lambda self: self.path / "ledger.sqlite")
-    rounds_file = property(lambda self: self.path / "rounds.jsonl")
-    status_file = property(lambda self: self.path / "status.json")
-    result_file = property(lambda self: self.path / "result.json")
-
-    def spec(self) -> dict[str, Any]:
-        """The run's spec.
-
-        Raises:
-            UsageError: no spec here, or one this version cannot read.
-        """
-        spec = _read_json(self.spec_file, "spec.json")
-        if spec.get("format") != SPEC_FORMAT:
-            raise UsageError(f"{self.spec_file}: format {spec.get('format')!r}, expected {SPEC_FORMAT!r}")
-        return spec
-
-    def rounds(self) -> list[dict[str, Any]]:
-        """Every round written so far (a torn last line, from a kill mid-write, is skipped)."""
-        if not self.rounds_file.exists():
-            return []
-        rows = []
-        for line in self.rounds_file.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(ValueError):
-                rows.append(json.loads(line))
-        return rows
-
-    def append_round(self, row: dict[str, Any]) -> None:
-        """Append one round's line and flush it to disk."""
-        with self.rounds_file.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def write_status(self, status: dict[str, Any]) -> None:
-        """Replace ``status.json`` atomically."""
-        _atomic_write(self.status_file, json.dumps(status, indent=2, sort_keys=True))
-
-    def status(self) -> dict[str, Any]:
-        """The status, with a run whose process died without finishing reported as ``interrupted``."""
-        if not self.status_file.exists():
-            return {"state": "initialised", "round": 0}
-        status = _read_json(self.status_file, "status.json")
-        if status.get("state") == "running" and not _alive(status.get("pid")):
-            status["state"] = "interrupted"
-        return status
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    provider = _provider(spec["model"], spec["provider"], spec.get("base_url"), spec.get("api_key_env"),
+                         "the API key's")
+    options: dict[str, Any] = {"max_tokens": spec.get("call_tokens"), "temperature": spec.get("temperature")}
+    proposer = spec.get("proposer")
+    if propose and proposer:
+        options["propose_with"] = _provider(proposer["model"], proposer["provider"], proposer.get("base_url"),
+                                            proposer.get("api_key_env"), "the proposer's API key's")
+        options["propose_model"] = proposer["model"]
+    return LLMAgent(provider, **options)
 
 
 # --------------------------------------------------------------------------- commands
+
+
+def _env_name(value: str | None, flag: str) -> str | None:
+    if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise UsageError(f"{flag} {value!r}: give the NAME of an environment variable, not the key")
+    return value
+
+
+def _proposer_spec(args: argparse.Namespace, api_key_env: str) -> dict[str, Any] | None:
+    """The ``proposer`` entry of the spec (``--proposer-*``), or None: the run's model proposes."""
+    given = [flag for flag, value in (("--proposer-provider", args.proposer_provider),
+                                      ("--proposer-base-url", args.proposer_base_url),
+                                      ("--proposer-api-key-env", args.proposer_api_key_env)) if value is not None]
+    if args.proposer_model is None:
+        if given:
+            raise UsageError(f"{given[0]} needs --proposer-model (the model that writes the proposals)")
+        return None
+    kind = args.proposer_provider or args.provider
+    same = kind == args.provider
+    env = _env_name(args.proposer_api_key_env, "--proposer-api-key-env") or (
+        api_key_env if same else _DEFAULT_KEY_ENV[kind])
+    base_url = args.proposer_base_url if args.proposer_base_url is not None else (args.base_url if same else None)
+    return {"model": args.proposer_model, "provider": kind, "base_url": base_url, "api_key_env": env}
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -288,35 +222,50 @@ def cmd_init(args: argparse.Namespace) -> int:
     if run.spec_file.exists() and not args.force:
         raise UsageError(f"{run.spec_file} exists; pick a new RUN_DIR, or pass --force to replace the spec")
     tasks = load_tasks(Path(args.tasks))
-    make_reward(args.reward)  # fail now on a bad reward, not mid-run
-    if args.reward in ("exact", "contains"):
-        missing = [t.id for t in tasks if "answer" not in t.meta]
-        if missing:
-            raise UsageError(f'--reward {args.reward} compares with each task\'s "answer"; task {missing[0]!r} has none')
+    reward = make_reward(args.reward)  # fail now on a bad reward, not mid-run
+    check_answers(args.reward, reward, tasks, f"--tasks {args.tasks}")
+    test_tasks = None
+    if args.test_tasks:
+        test_tasks = load_tasks(Path(args.test_tasks), "--test-tasks", minimum=1)
+        run_ids = {t.id for t in tasks}
+        clash = [t.id for t in test_tasks if t.id in run_ids]
+        if clash:
+            raise UsageError(f"--test-tasks {args.test_tasks}: task id {clash[0]!r} is also in --tasks "
+                             f"({len(clash)} shared id(s)); a test set holds tasks the run never decides on")
+        check_answers(args.reward, reward, test_tasks, f"--test-tasks {args.test_tasks}")
     initial_text = None
     if args.initial:
         try:
             initial_text = Path(args.initial).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--initial {args.initial}: cannot read it ({exc})") from None
-    if args.api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.api_key_env):
-        raise UsageError(f"--api-key-env {args.api_key_env!r}: give the NAME of an environment variable, not the key")
-    api_key_env = args.api_key_env or ("OPENAI_API_KEY" if args.provider == "openai" else "ANTHROPIC_API_KEY")
+    api_key_env = _env_name(args.api_key_env, "--api-key-env") or _DEFAULT_KEY_ENV[args.provider]
+    proposer = _proposer_spec(args, api_key_env)
     spec = {
         "format": SPEC_FORMAT, "tasks": "tasks.jsonl", "model": args.model, "provider": args.provider,
         "base_url": args.base_url, "api_key_env": api_key_env, "reward": args.reward,
         "strategy": args.strategy, "initial_text": initial_text, "seed": args.seed,
         "held_out_frac": args.held_out_frac, "call_tokens": args.call_tokens,
-        "temperature": args.temperature, "created": _now(), "version": __version__,
+        "temperature": args.temperature, "created": now(), "version": __version__,
+        "proposer": proposer, "test_tasks": "test_tasks.jsonl" if test_tasks else None,
     }
     make_strategy(spec, tasks)
     run.path.mkdir(parents=True, exist_ok=True)
-    with run.tasks_file.open("w", encoding="utf-8") as f:
-        for t in tasks:
-            f.write(json.dumps({"id": t.id, "prompt": t.prompt, **dict(t.meta)}, ensure_ascii=False) + "\n")
-    _atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
+    write_tasks(run.tasks_file, tasks)
+    if test_tasks:
+        write_tasks(run.test_tasks_file, test_tasks)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            run.test_tasks_file.unlink()  # a --force re-init without a test set
+    atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
     print(f"initialised {run.path}: {len(tasks)} tasks, model {args.model} ({args.provider}), "
           f"reward {args.reward}, strategy {args.strategy}; the key is read from ${api_key_env} at run time")
+    if proposer:
+        where = f", {proposer['base_url']}" if proposer["base_url"] else ""
+        print(f"proposals by {proposer['model']} ({proposer['provider']}{where}); "
+              f"its key is read from ${proposer['api_key_env']} at run time")
+    if test_tasks:
+        print(f"test set: {len(test_tasks)} tasks, scored at the run's start and end (never used for a decision)")
     return 0
 
 
@@ -362,6 +311,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
           f"({p['workers']} workers)")
     print(f"at most {p['calls']} calls and {p['tokens']:,} tokens for {p['rounds']} rounds "
           f"(including the starting artifact's evaluation)")
+    if spec.get("test_tasks"):
+        n_test = len(load_tasks(run.test_tasks_file, "--test-tasks", minimum=1))
+        print(f"plus {2 * n_test} test-set calls ({n_test} tasks, at the start and the end), outside --max-tokens")
     print("The paired test stops each evaluation as soon as it is settled and scores the head once per "
           "task and version, so the real cost is usually far lower; cap it with `agentdescent run --max-tokens N`.")
     return 0
@@ -384,7 +336,7 @@ def _write_rounds(run: RunDir, rounds: Sequence[RoundInfo]) -> None:
     for info in rounds:
         total += info.tokens
         lines.append(json.dumps(_round_row(info, total), sort_keys=True))
-    _atomic_write(run.rounds_file, "".join(line + "\n" for line in lines))
+    atomic_write(run.rounds_file, "".join(line + "\n" for line in lines))
 
 
 def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, max_tokens: int | None,
@@ -393,15 +345,16 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
     tasks = load_tasks(run.tasks_file)
     reward = make_reward(spec["reward"])
     strategy = make_strategy(spec, tasks)
+    test_tasks = load_tasks(run.test_tasks_file, "--test-tasks", minimum=1) if spec.get("test_tasks") else None
     agent = make_agent(spec)
     ledger = SqliteLedger(run.ledger_file)
     saved = read_progress(ledger, ARTIFACT_ID)
     _write_rounds(run, saved.rounds if saved else [])
     spent_before = saved.tokens if saved else 0
     done_before = len(saved.rounds) if saved else 0
-    previous = _read_json(run.status_file, "status.json") if run.status_file.exists() else {}
+    previous = read_json(run.status_file, "status.json") if run.status_file.exists() else {}
     status: dict[str, Any] = {
-        "state": "running", "pid": os.getpid(), "started": _now(), "round": done_before,
+        "state": "running", "pid": os.getpid(), "started": now(), "round": done_before,
         "head_version": ledger.versions().get(ARTIFACT_ID), "held_out_reward": previous.get("held_out_reward"),
         "initial_reward": previous.get("initial_reward"), "tokens": spent_before, "stop_reason": None,
         "max_tokens": max_tokens, "rounds_planned": done_before + rounds, "error": None,
@@ -420,7 +373,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
     kwargs: dict[str, Any] = dict(
         agent=agent, strategy=strategy, initial_state=initial_state(spec, strategy), artifact_id=ARTIFACT_ID,
         n_workers=workers, seed=int(spec.get("seed", 0)), held_out_frac=spec.get("held_out_frac", 0.4),
-        max_tokens=max_tokens, ledger=ledger, on_round=on_round, progress=True,
+        max_tokens=max_tokens, ledger=ledger, on_round=on_round, progress=True, test_tasks=test_tasks,
     )
     try:
         if asynchronous:
@@ -434,27 +387,50 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
         ledger.close()
         raise
     except AgentDescentError as exc:
-        status.update(state="failed", error=str(exc), finished=_now())
+        status.update(state="failed", error=str(exc), finished=now())
         run.write_status(status)
         ledger.close()
         print(f"agentdescent: the run failed: {exc}", file=sys.stderr)
         return 1
     ledger.close()
     result.save(run.result_file)
+    _write_rounds(run, result.history)  # the last round's tokens settled at the end (the test set's final scoring)
     final = None if math.isnan(result.final_reward) else result.final_reward
     status.update(state="failed" if result.error else "finished", stop_reason=result.stop_reason,
-                  head_version=result.version, error=result.error, finished=_now(),
+                  head_version=result.version, error=result.error, finished=now(),
                   initial_reward=result.initial_reward, held_out_reward=final,
-                  tokens=result.usage.total_tokens, round=len(result.history))
+                  tokens=result.usage.total_tokens, round=len(result.history), test=_test_summary(result.test))
     run.write_status(status)
     shown = "?" if final is None else f"{final:.3f}"
     start = "?" if result.initial_reward is None else f"{result.initial_reward:.3f}"
     print(f"{status['state']}: {result.stop_reason} after round {len(result.history)}; held-out {start} -> "
           f"{shown}; head v{result.version}; {result.usage.total_tokens} tokens in all")
+    if status["test"]:
+        print(_test_line(status["test"]))
     if result.error:
         print(f"agentdescent: the run failed: {result.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _test_summary(test: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What ``status.json`` keeps of ``result.test``: the two means and their paired difference."""
+    if not test:
+        return None
+    initial, final = test.get("initial"), test.get("final")
+    return {"initial": initial["mean"] if initial else None, "final": final["mean"] if final else None,
+            "tasks": len((initial or final or {}).get("tasks", [])), "difference": test.get("difference")}
+
+
+def _test_line(test: dict[str, Any]) -> str:
+    """``test set: 0.400 -> 0.650 (difference +0.250, 95% interval [+0.10, +0.40])``."""
+    start = "?" if test.get("initial") is None else f"{test['initial']:.3f}"
+    end = "? (the final head was not scored)" if test.get("final") is None else f"{test['final']:.3f}"
+    line = f"test set: {start} -> {end}"
+    diff = test.get("difference")
+    if diff:
+        line += f" (difference {diff['mean']:+.3f}, 95% interval [{diff['low']:+.2f}, {diff['high']:+.2f}])"
+    return line
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -471,7 +447,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f.unlink()
     spec.update(run_rounds=args.rounds, run_workers=args.workers, run_max_tokens=args.max_tokens,
                 run_async=args.asynchronous)
-    _atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
+    atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
     return _execute(run, spec, rounds=args.rounds, workers=args.workers, max_tokens=args.max_tokens,
                     asynchronous=args.asynchronous)
 
@@ -509,6 +485,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"error: {status['error']}")
     if rounds:
         print(f"commits: {sum(r['committed'] for r in rounds)} in {len(rounds)} round(s)")
+    if status.get("test"):
+        print(_test_line(status["test"]))
     return 0
 
 
@@ -562,13 +540,82 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inside(path: Path, directory: Path) -> bool:
+    try:
+        path.resolve().relative_to(directory.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _one_line(text: str, limit: int = 0) -> str:
+    text = " ".join(str(text).split())
+    return text if not limit or len(text) <= limit else text[: limit - 3] + "..."
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    run = RunDir(args.run_dir)
+    spec = run.spec()
+    out = Path(args.json) if args.json else None
+    if out is not None and _inside(out, run.path):
+        raise UsageError(f"--json {out}: inside the run directory; eval writes nothing there, pick a path outside it")
+    tasks = load_tasks(Path(args.tasks), "--tasks", minimum=1)
+    reward = make_reward(spec["reward"])
+    check_answers(spec["reward"], reward, tasks, f"--tasks {args.tasks}")
+    if run.ledger_file.exists():
+        states, strategy = _versions(run)
+        version = _pick(states, args.version, "--version")
+        state, label = states[version], f"v{version} of {max(states)}"
+    else:
+        if args.version not in (None, 1):
+            raise UsageError(f"--version {args.version}: {run.path} has not run yet; only v1, the starting "
+                             "artifact, exists")
+        strategy = make_strategy(spec, load_tasks(run.tasks_file))
+        version, state = 1, initial_state(spec, strategy)
+        label = "v1 (the starting artifact; the run has not started)"
+    known = {t.id for t in load_tasks(run.tasks_file)}
+    shared = [t.id for t in tasks if t.id in known]
+    if shared:
+        print(f"note: {len(shared)} of these tasks share an id with the run's tasks (first {shared[0]!r}); "
+              "the run has seen those", file=sys.stderr)
+    agent = make_agent(spec, propose=False)
+    try:
+        evaluation = evaluate(tasks, reward, agent=agent, state=state, strategy=strategy, repeats=args.repeats,
+                              max_concurrency=args.workers)
+    except ProviderError as exc:
+        print(f"agentdescent eval: the model call failed: {_one_line(exc, 400)}", file=sys.stderr)
+        return 1
+    except UsageError:
+        raise
+    except AgentDescentError as exc:
+        print(f"agentdescent eval: the evaluation failed: {_one_line(exc, 400)}", file=sys.stderr)
+        return 1
+    low, high = evaluation.interval()
+    draws = "1 draw" if args.repeats == 1 else f"{args.repeats} draws"
+    count = "1 task" if len(tasks) == 1 else f"{len(tasks)} tasks"
+    print(f"{label} on {count} of {args.tasks} ({draws} each), reward {spec['reward']}: "
+          f"mean {evaluation.mean:.3f}, 95% interval [{low:.3f}, {high:.3f}]")
+    width = max(len(t) for t in evaluation.tasks)
+    for task_id, score in evaluation.per_task.items():
+        feedback = _one_line(evaluation.feedback.get(task_id, ""), 120)
+        print(f"  {task_id:<{width}}  {score:.3f}  {feedback}".rstrip())
+    print(f"{agent.usage.calls} model calls, {agent.usage.total_tokens} tokens")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        data = {"run_dir": str(run.path), "version": version, "tasks_file": str(args.tasks),
+                "model": spec["model"], "reward": spec["reward"], **evaluation.to_json()}
+        atomic_write(out, json.dumps(data, indent=2, sort_keys=True))
+        print(f"wrote {out}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     states, strategy = _versions(run)
     v = _pick(states, args.version, "--version")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out, strategy.render(states[v]) + "\n")
+    atomic_write(out, strategy.render(states[v]) + "\n")
     print(f"wrote v{v} to {out}")
     return 0
 
@@ -635,7 +682,7 @@ head v{last}, {status.get('tokens', 0)} tokens.</p>
 </body></html>
 """
     out = Path(args.output) if args.output else run.path / "report.html"
-    _atomic_write(out, page)
+    atomic_write(out, page)
     print(f"wrote {out}")
     return 0
 
@@ -673,7 +720,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", metavar="VAR",
                    help="the environment variable holding the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY); "
                    "only its name is stored")
-    p.add_argument("--reward", default="contains", metavar="REWARD", help=f"{_REWARDS} (default contains)")
+    p.add_argument("--reward", default="contains", metavar="REWARD",
+                   help=f"{_REWARDS} (default contains)".replace("%", "%%"))
+    p.add_argument("--test-tasks", metavar="FILE.jsonl", default=None,
+                   help="a test set (same format, ids not in --tasks), scored at the run's start and end and "
+                   "never used for a decision (default: none)")
+    p.add_argument("--proposer-model", metavar="M", default=None,
+                   help="a second model that writes the proposals while --model answers the tasks "
+                   "(default: none, --model does both)")
+    p.add_argument("--proposer-provider", choices=["openai", "anthropic"], default=None,
+                   help="the proposer's API (default: --provider)")
+    p.add_argument("--proposer-base-url", metavar="U", default=None,
+                   help="the proposer's server (default: --base-url when the proposer uses --provider's API, "
+                   "else that API's own endpoint)")
+    p.add_argument("--proposer-api-key-env", metavar="VAR", default=None,
+                   help="the environment variable holding the proposer's key (default: --api-key-env's when the "
+                   "proposer uses --provider's API, else OPENAI_API_KEY / ANTHROPIC_API_KEY); only its name is "
+                   "stored")
     p.add_argument("--strategy", choices=["append", "keyed", "single"], default="append")
     p.add_argument("--initial", metavar="FILE", help="a starting prompt or playbook (one rule per line)")
     p.add_argument("--seed", type=int, default=0)
@@ -712,6 +775,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--rounds", type=_positive, default=None, help="rounds to add (default: what the run had left)")
     p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("eval", help="score a version on tasks (a test set), printing the mean, its interval "
+                       "and each task; writes nothing into the run directory")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--tasks", required=True, metavar="FILE.jsonl",
+                   help="the tasks to score on (same format as init's --tasks; at least one)")
+    p.add_argument("--version", type=_positive, default=None, metavar="V",
+                   help="the version to score (default: the head)")
+    p.add_argument("--repeats", type=_positive, default=1, metavar="K",
+                   help="draws per task (default 1; more with a sampled model narrows the interval)")
+    p.add_argument("--workers", type=_positive, default=4, metavar="W", help="model calls at once (default 4)")
+    p.add_argument("--json", metavar="FILE", default=None,
+                   help="also write the evaluation as JSON to FILE, outside the run directory (default: print only)")
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("export", help="write the rendered artifact to a file")
     p.add_argument("run_dir", metavar="RUN_DIR")

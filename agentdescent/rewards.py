@@ -341,7 +341,8 @@ def by_name(name: str) -> Callable[[Task, str], Score]:
 
     ``exact``, ``normalized``, ``contains``; ``choice:positive,negative`` (`one_of`);
     ``number:0.01`` (`number_within`, absolute; ``number:1%`` relative); ``regex:PATTERN``
-    (`answer_regex`: ``{answer}`` in the pattern is the task's answer).
+    (`answer_regex`: ``{answer}`` in the pattern is the task's answer, escaped; the pattern
+    is searched as written, so case counts unless it starts with ``(?i)``).
 
     Raises:
         InvalidArgument: an unknown name, or a bad argument after the colon (the message lists the names).
@@ -363,5 +364,5 @@ def by_name(name: str) -> Callable[[Task, str], Score]:
             raise InvalidArgument(f"--reward {name!r}: give number:TOLERANCE, e.g. number:0.01 or number:1%") from None
         return number_within(tolerance, relative=relative)
     if kind == "regex" and arg:
-        return answer_regex(arg)
+        return answer_regex(arg, flags=0)  # as written: case counts (write (?i) to ignore it)
     raise InvalidArgument(f"--reward {name!r}: use one of {', '.join(REWARD_NAMES)}, or MODULE:FUNCTION")
