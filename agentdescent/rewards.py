@@ -63,9 +63,9 @@ FEEDBACK_LIMIT = 2000
 class Score(float):
     """A reward in [0, 1] with the feedback that explains it: a float, so it compares and formats as one.
 
-    Args:
-        value: the reward, a real number (checked against [0, 1] by `check_reward`).
-        feedback: what was expected and what came back, in a sentence or two.
+    Built as ``Score(value, feedback="")``: ``value`` is the reward, a real number
+    (checked against [0, 1] by `check_reward`); ``feedback`` says what was expected and
+    what came back, in a sentence or two.
 
     Raises:
         InvalidArgumentType: ``value`` is not a real number (or is a bool), ``feedback`` is

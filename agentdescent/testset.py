@@ -193,7 +193,9 @@ def evaluate(tasks: Sequence[Task], reward: Callable[[Task, str], Any], *, agent
         reward: ``reward(task, output) -> float | Score`` in [0, 1].
         agent: an agent with ``solve(rendered, task)`` (an `agentdescent.LLMAgent`), or
         run: ``run(rendered, task) -> str``; exactly one of the two.
-        state, rendered, strategy: the artifact (see above).
+        state: the artifact as a state (see above).
+        rendered: the artifact as rendered text.
+        strategy: the strategy that renders ``state`` (default `AppendRules`).
         repeats: draws per task (> 1 with a sampled model, to narrow the interval).
         max_concurrency: tasks scored at once.
         usage: a meter to record into as well.

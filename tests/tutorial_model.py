@@ -8,43 +8,44 @@ behaves like a small model that knows the routing task but not its house rules:
 - it answers a ticket with a sentence ("This ticket is for the billing team.") until
   the skill asks for the label only;
 - it sends password and login tickets to ``tech`` until the skill says they belong to
-  ``account``;
+  ``account``, and then sends *every* ticket that mentions a password or logging in to
+  ``account`` (the rule taken literally: wrong for a billing ticket about a
+  password-protected receipt in the test set);
 - asked for a rule, it proposes the one that fixes what went wrong, sometimes with the
   playbook's heading copied after it (cleaned off by `LLMAgent`), and for a few tickets
   a reply cut off by the per-call limit (refused, and counted);
 - asked for a rewrite (``proposal="rewrite"``), it returns the whole new instructions.
 
-Every reply reports ``usage`` (``ceil(chars / 4)`` each way), as a real server does.
+It knows the tickets of examples/data/tickets.jsonl (the tutorial's tasks) and
+examples/data/tickets_test.jsonl (its test set), and reads both files, as the tutorial
+does. Every reply reports ``usage`` (``ceil(chars / 4)`` each way), as a real server does.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from tests.llm_server import LLMServer, Reply, openai_body
 
-__all__ = ["TICKETS", "start_stand_in"]
+__all__ = ["TEST_TICKETS", "TICKETS", "start_stand_in"]
 
-#: (ticket, label): the tutorial's task set.
-TICKETS = (
-    ("I was charged twice for my subscription this month.", "billing"),
-    ("Please send me a copy of last year's invoice.", "billing"),
-    ("How do I get a refund for the annual plan?", "billing"),
-    ("My card was declined but the money left my account.", "billing"),
-    ("Why did my bill go up in March?", "billing"),
-    ("The app crashes when I open the settings page.", "tech"),
-    ("Uploading a photo fails with error 500.", "tech"),
-    ("The dashboard is blank in Firefox.", "tech"),
-    ("Sync between my phone and laptop stopped working.", "tech"),
-    ("Exports to CSV come out empty.", "tech"),
-    ("I forgot my password and the reset email never arrives.", "account"),
-    ("Please change the email address on my account.", "account"),
-    ("I cannot log in after enabling two-factor authentication.", "account"),
-    ("How do I delete my account?", "account"),
-    ("My password reset link says it has expired.", "account"),
-    ("Add a second admin to our team account.", "account"),
-)
+DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
+
+
+def read_tickets(path: Path) -> tuple[tuple[str, str], ...]:
+    """(ticket, label) pairs from a JSON-lines file of ``{"ticket": ..., "label": ...}`` objects."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return tuple((row["ticket"], row["label"]) for row in map(json.loads, filter(str.strip, lines)))
+
+
+#: (ticket, label): the tutorial's task set (examples/data/tickets.jsonl, which the tutorial reads too).
+TICKETS = read_tickets(DATA / "tickets.jsonl")
+#: (ticket, label): the tutorial's test set (examples/data/tickets_test.jsonl), never a run task.
+TEST_TICKETS = read_tickets(DATA / "tickets_test.jsonl")
+_GOLD = dict(TICKETS + TEST_TICKETS)
 
 FORMAT_RULE = "Reply with the label only: billing, tech or account."
 LOGIN_RULE = "Password and login problems go to account."
@@ -52,10 +53,11 @@ _LOGIN_WORDS = ("password", "log in")
 
 
 def _label(ticket: str, skill: str) -> str:
-    gold = dict(TICKETS)[ticket]
-    if any(w in ticket.lower() for w in _LOGIN_WORDS) and "password" not in skill.lower():
-        return "tech"  # the small model's blind spot
-    return gold
+    if any(w in ticket.lower() for w in _LOGIN_WORDS):
+        # the small model's blind spot, and then the rule taken literally: every ticket that
+        # mentions a password or logging in goes to account once the skill says so
+        return "account" if "password" in skill.lower() else "tech"
+    return _GOLD[ticket]
 
 
 def _answer(ticket: str, skill: str) -> str:
@@ -64,7 +66,7 @@ def _answer(ticket: str, skill: str) -> str:
 
 
 def _ticket_in(text: str) -> str | None:
-    return next((t for t, _ in TICKETS if t in text), None)
+    return next((t for t in _GOLD if t in text), None)
 
 
 def _reply(messages: list[dict[str, Any]]) -> tuple[str, str]:
@@ -81,7 +83,8 @@ def _reply(messages: list[dict[str, Any]]) -> tuple[str, str]:
             return (current + " " + fix).strip(), "stop"
         if fix is None:
             return "NONE", "stop"
-        if ticket is not None and TICKETS.index((ticket, dict(TICKETS)[ticket])) % 5 == 4:
+        if ticket is not None and (ticket, _GOLD[ticket]) in TICKETS \
+                and TICKETS.index((ticket, _GOLD[ticket])) % 5 == 4:
             return "Always reply with the", "length"  # cut off by the per-call limit
         return f"{fix}\n\n# Playbook", "stop"
     system = " ".join(m["content"] for m in messages if m["role"] == "system")
