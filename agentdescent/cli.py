@@ -28,168 +28,43 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
-import html
-import importlib
 import json
 import math
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import rewards
 from ._version import VERSION as __version__
 from .demo import main as demo_main
 from .errors import (
     AgentDescentError,
-    InvalidArgument,
     ProviderError,
-    RewardContractError,
     UsageError,
 )
 from .evolution import evolve
 from .ledger import SqliteLedger
+from .plan import cmd_plan
 from .progress import read_progress
+from .report import build_report
 from .result import RoundInfo
 from .rundir import SPEC_FORMAT, RunDir, atomic_write, load_tasks, now, read_json, write_tasks
-from .strategies import AppendRules, KeyedRules, SingleSlot, Strategy
+from .runspec import (
+    ARTIFACT_ID,
+    DEFAULT_KEY_ENV,
+    REWARD_HELP,
+    check_answers,
+    initial_state,
+    load_versions,
+    make_agent,
+    make_reward,
+    make_strategy,
+)
 from .testset import evaluate
-from .tokens import estimate_tokens
-from .types import Task
 
 __all__ = ["SPEC_FORMAT", "UsageError", "main"]
-
-ARTIFACT_ID = "artifact"
-_REWARDS = ("exact, normalized, contains, choice:A,B,..., number:TOL (number:1% relative), "
-            "regex:PATTERN ({answer} in it is the task's answer) or MODULE:FUNC")
-#: the kinds of the built-in ``--reward`` names (`agentdescent.rewards.by_name`)
-_BUILTIN_KINDS = ("exact", "normalized", "contains", "choice", "number", "regex")
-_DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-
-
-# --------------------------------------------------------------------------- rewards and strategies
-
-
-def make_reward(spec: str) -> Callable[[Task, str], Any]:
-    """The reward a ``--reward`` value names: a built-in of `agentdescent.rewards.by_name`, or ``MODULE:FUNC``.
-
-    The built-ins (``exact``, ``normalized``, ``contains``, ``choice:A,B,...``,
-    ``number:TOL``, ``regex:PATTERN``) return a `agentdescent.rewards.Score` with feedback.
-    ``regex:PATTERN`` with ``{answer}`` in it is built from each task's answer; without it,
-    it is one pattern for every task; either way it is searched as written (case counts
-    unless the pattern starts with ``(?i)``), as it always was.
-
-    Raises:
-        UsageError: an unknown name, a bad pattern or argument, or a function that cannot be imported.
-    """
-    kind, sep, arg = spec.partition(":")
-    if kind in _BUILTIN_KINDS:
-        try:
-            return rewards.by_name(spec)
-        except InvalidArgument as exc:
-            text = str(exc)
-            raise UsageError(text if text.startswith("--reward") else f"--reward {spec!r}: {text}") from None
-    module, sep, func = spec.partition(":")
-    if sep and module and func:
-        try:
-            fn = getattr(importlib.import_module(module), func)
-        except (ImportError, AttributeError) as exc:
-            raise UsageError(f"--reward {spec!r}: cannot import {func} from {module} ({exc})") from None
-        if not callable(fn):
-            raise UsageError(f"--reward {spec!r}: {module}.{func} is not callable")
-        return fn
-    raise UsageError(f"--reward {spec!r}: use {_REWARDS}")
-
-
-def _needs_answer(spec: str) -> bool:
-    kind, _, arg = spec.partition(":")
-    return kind in ("exact", "normalized", "contains", "choice", "number") or (kind == "regex" and "{answer}" in arg)
-
-
-def check_answers(spec: str, reward: Callable[[Task, str], Any], tasks: Sequence[Task], where: str) -> None:
-    """Check, before any call, that a built-in reward can score every task of ``where``.
-
-    Each task needs an ``answer`` when the reward compares with it; a ``choice:`` answer
-    must be one of the choices and a ``number:`` answer a number. A ``MODULE:FUNC``
-    reward is not called.
-
-    Raises:
-        UsageError: naming the reward, the file and the task.
-    """
-    if spec.partition(":")[0] not in _BUILTIN_KINDS or not _needs_answer(spec):
-        return
-    missing = [t.id for t in tasks if t.meta.get("answer") is None]
-    if missing:
-        raise UsageError(f'--reward {spec} compares with each task\'s "answer"; task {missing[0]!r} of {where} '
-                         "has none")
-    for task in tasks:
-        try:
-            reward(task, "")
-        except RewardContractError as exc:
-            raise UsageError(f"--reward {spec}: {where}: {exc}") from None
-
-
-def make_strategy(spec: dict[str, Any], tasks: Sequence[Task]) -> Strategy:
-    """The strategy the spec names (``keyed`` takes its categories from the tasks' ``category``)."""
-    name = spec["strategy"]
-    if name == "append":
-        return AppendRules()
-    if name == "single":
-        return SingleSlot(initial_value=spec.get("initial_text") or "")
-    categories = sorted({str(t.meta["category"]) for t in tasks if "category" in t.meta})
-    if not categories:
-        raise UsageError('--strategy keyed needs a "category" on the tasks (the slot names)')
-    return KeyedRules(categories)
-
-
-def initial_state(spec: dict[str, Any], strategy: Strategy) -> dict[str, str]:
-    """The starting state: the strategy's, with each line of ``--initial`` added as a proposal."""
-    state = strategy.initial()
-    text = spec.get("initial_text")
-    if text and not isinstance(strategy, SingleSlot):
-        for line in text.splitlines():
-            if line.strip() and not line.lstrip().startswith("#"):
-                diff = strategy.to_diff(state, line, "initial", 1, ARTIFACT_ID)
-                if diff is not None:
-                    state = diff.apply(state)
-    return state
-
-
-def _provider(model: str, kind: str, base_url: str | None, env_var: str | None, whose: str) -> Any:
-    """A provider adapter; its key is read from ``env_var`` now (never stored)."""
-    from .providers import anthropic, openai_compatible
-
-    key = os.environ.get(env_var) if env_var else None
-    if env_var and not key:
-        raise UsageError(f"{whose} environment variable {env_var} is not set; export it and run again")
-    factory = openai_compatible if kind == "openai" else anthropic
-    options: dict[str, Any] = {"api_key": key}
-    if base_url:
-        options["base_url"] = base_url
-    return factory(model, **options)
-
-
-def make_agent(spec: dict[str, Any], *, propose: bool = True) -> Any:
-    """The `LLMAgent` the spec describes; keys are read from their environment variables now.
-
-    With a ``proposer`` in the spec (``init --proposer-model``) a second provider writes
-    the proposals (``LLMAgent(propose_with=..., propose_model=...)``) while the run's model
-    answers the tasks. ``propose=False`` builds the solving side only (``eval``).
-    """
-    from .agents import LLMAgent
-
-    provider = _provider(spec["model"], spec["provider"], spec.get("base_url"), spec.get("api_key_env"),
-                         "the API key's")
-    options: dict[str, Any] = {"max_tokens": spec.get("call_tokens"), "temperature": spec.get("temperature")}
-    proposer = spec.get("proposer")
-    if propose and proposer:
-        options["propose_with"] = _provider(proposer["model"], proposer["provider"], proposer.get("base_url"),
-                                            proposer.get("api_key_env"), "the proposer's API key's")
-        options["propose_model"] = proposer["model"]
-    return LLMAgent(provider, **options)
-
 
 # --------------------------------------------------------------------------- commands
 
@@ -212,7 +87,7 @@ def _proposer_spec(args: argparse.Namespace, api_key_env: str) -> dict[str, Any]
     kind = args.proposer_provider or args.provider
     same = kind == args.provider
     env = _env_name(args.proposer_api_key_env, "--proposer-api-key-env") or (
-        api_key_env if same else _DEFAULT_KEY_ENV[kind])
+        api_key_env if same else DEFAULT_KEY_ENV[kind])
     base_url = args.proposer_base_url if args.proposer_base_url is not None else (args.base_url if same else None)
     return {"model": args.proposer_model, "provider": kind, "base_url": base_url, "api_key_env": env}
 
@@ -222,7 +97,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if run.spec_file.exists() and not args.force:
         raise UsageError(f"{run.spec_file} exists; pick a new RUN_DIR, or pass --force to replace the spec")
     tasks = load_tasks(Path(args.tasks))
-    reward = make_reward(args.reward)  # fail now on a bad reward, not mid-run
+    reward = make_reward(args.reward, Path(args.run_dir))  # fail now on a bad reward, not mid-run
     check_answers(args.reward, reward, tasks, f"--tasks {args.tasks}")
     test_tasks = None
     if args.test_tasks:
@@ -239,7 +114,7 @@ def cmd_init(args: argparse.Namespace) -> int:
             initial_text = Path(args.initial).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--initial {args.initial}: cannot read it ({exc})") from None
-    api_key_env = _env_name(args.api_key_env, "--api-key-env") or _DEFAULT_KEY_ENV[args.provider]
+    api_key_env = _env_name(args.api_key_env, "--api-key-env") or DEFAULT_KEY_ENV[args.provider]
     proposer = _proposer_spec(args, api_key_env)
     spec = {
         "format": SPEC_FORMAT, "tasks": "tasks.jsonl", "model": args.model, "provider": args.provider,
@@ -269,56 +144,6 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan_numbers(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, workers: int) -> dict[str, Any]:
-    """Upper bounds on model calls and tokens, from the spec alone (nothing is spent).
-
-    Per round at most: ``workers`` rollouts, ``workers`` proposals, ``workers`` self-verify
-    re-runs, two rebase re-verification calls per card, and one candidate's held-out
-    evaluation: ``n_held`` calls on the candidate, ``n_held`` on the head (a new version is
-    scored task by task), and, once the evaluation is noisy, two more draws per side of
-    every task that differs (``4 * n_held``), plus one re-draw per free check that disagrees
-    (``n_held``). Before the first round: the starting head's sample (up to
-    ``head_sample`` = 16 tasks) and the one-time noise probe (16 calls). Tokens per call are
-    bounded by the longest prompt, the artifact after every round's rules were added, and
-    the per-call limit (or 512 when the spec sets none).
-    """
-    n = len(tasks)
-    n_held = min(n - 1, max(1, round(n * spec.get("held_out_frac", 0.4))))
-    cheap = min(n_held, max(8, n_held // 4))
-    per_round = 5 * workers + 7 * n_held
-    calls = min(n_held, 16) + 16 + rounds * per_round
-    call_tokens = spec.get("call_tokens") or 512
-    longest = max(estimate_tokens(t.prompt) for t in tasks)
-    initial = estimate_tokens(spec.get("initial_text") or "")
-    rule = 40  # a one-sentence rule, in tokens
-    artifact = initial + rule * workers * rounds
-    per_call = longest + artifact + 400 + call_tokens  # 400: the propose template and the output it quotes
-    return {
-        "tasks": n, "held_out": n_held, "cheap_subset": cheap, "rounds": rounds, "workers": workers,
-        "calls_per_round": per_round, "calls": calls, "tokens_per_call": per_call,
-        "tokens_per_round": per_round * per_call, "tokens": calls * per_call,
-    }
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    run = RunDir(args.run_dir)
-    spec = run.spec()
-    tasks = load_tasks(run.tasks_file)
-    p = plan_numbers(spec, tasks, args.rounds, args.workers)
-    print(f"{p['tasks']} tasks: {p['tasks'] - p['held_out']} train, {p['held_out']} held out "
-          f"(cheap subset {p['cheap_subset']})")
-    print(f"at most {p['calls_per_round']} model calls and {p['tokens_per_round']:,} tokens a round "
-          f"({p['workers']} workers)")
-    print(f"at most {p['calls']} calls and {p['tokens']:,} tokens for {p['rounds']} rounds "
-          f"(including the starting artifact's evaluation)")
-    if spec.get("test_tasks"):
-        n_test = len(load_tasks(run.test_tasks_file, "--test-tasks", minimum=1))
-        print(f"plus {2 * n_test} test-set calls ({n_test} tasks, at the start and the end), outside --max-tokens")
-    print("The paired test stops each evaluation as soon as it is settled and scores the head once per "
-          "task and version, so the real cost is usually far lower; cap it with `agentdescent run --max-tokens N`.")
-    return 0
-
-
 def _round_row(info: RoundInfo, tokens_total: int) -> dict[str, Any]:
     """One line of ``rounds.jsonl``: a view of the ledger's record of the round."""
     return {
@@ -343,7 +168,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
              asynchronous: bool) -> int:
     """Run (or go on with) the run in ``run``; the ledger's saved progress decides which."""
     tasks = load_tasks(run.tasks_file)
-    reward = make_reward(spec["reward"])
+    reward = make_reward(spec["reward"], run.path)
     strategy = make_strategy(spec, tasks)
     test_tasks = load_tasks(run.test_tasks_file, "--test-tasks", minimum=1) if spec.get("test_tasks") else None
     agent = make_agent(spec)
@@ -490,18 +315,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _versions(run: RunDir) -> tuple[dict[int, dict[str, str]], Strategy]:
-    spec = run.spec()
-    if not run.ledger_file.exists():
-        raise UsageError(f"{run.path} has no ledger yet; `agentdescent run {run.path}` first")
-    ledger = SqliteLedger(run.ledger_file)
-    try:
-        states = {entry.version: dict(entry.state) for entry in ledger.history(ARTIFACT_ID)}
-    finally:
-        ledger.close()
-    return states, make_strategy(spec, load_tasks(run.tasks_file))
-
-
 def _reward_of(run: RunDir) -> dict[int, float]:
     rewards: dict[int, float] = {}
     status = run.status()
@@ -523,7 +336,7 @@ def _pick(states: dict[int, dict[str, str]], version: int | None, flag: str) -> 
 
 def cmd_show(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
-    states, strategy = _versions(run)
+    states, strategy = load_versions(run)
     rewards = _reward_of(run)
     if args.diff:
         a, b = (_pick(states, v, "--diff") for v in args.diff)
@@ -560,10 +373,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if out is not None and _inside(out, run.path):
         raise UsageError(f"--json {out}: inside the run directory; eval writes nothing there, pick a path outside it")
     tasks = load_tasks(Path(args.tasks), "--tasks", minimum=1)
-    reward = make_reward(spec["reward"])
+    reward = make_reward(spec["reward"], run.path)
     check_answers(spec["reward"], reward, tasks, f"--tasks {args.tasks}")
     if run.ledger_file.exists():
-        states, strategy = _versions(run)
+        states, strategy = load_versions(run)
         version = _pick(states, args.version, "--version")
         state, label = states[version], f"v{version} of {max(states)}"
     else:
@@ -611,7 +424,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
-    states, strategy = _versions(run)
+    states, strategy = load_versions(run)
     v = _pick(states, args.version, "--version")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -620,69 +433,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _svg(points: list[tuple[float, float]], width: int = 640, height: int = 240) -> str:
-    if not points:
-        return "<p>No rounds yet.</p>"
-    xs = [p[0] for p in points]
-    x0, x1 = min(xs), max(xs) or 1.0
-    span = (x1 - x0) or 1.0
-    pad = 36
-
-    def px(x: float, y: float) -> str:
-        return f"{pad + (x - x0) / span * (width - 2 * pad):.1f},{height - pad - y * (height - 2 * pad):.1f}"
-
-    line = " ".join(px(x, y) for x, y in points)
-    dots = "".join(f'<circle cx="{px(x, y).split(",")[0]}" cy="{px(x, y).split(",")[1]}" r="3"/>' for x, y in points)
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        f'aria-label="held-out reward against tokens">'
-        f'<rect width="100%" height="100%" fill="#fff" stroke="#ccc"/>'
-        f'<text x="{pad}" y="20" font-size="12">held-out reward (0-1) against tokens spent ({int(x0)}-{int(x1)})</text>'
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>'
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'
-        f'<text x="{pad - 6}" y="{height - pad + 4}" font-size="11" text-anchor="end">0</text>'
-        f'<text x="{pad - 6}" y="{pad + 4}" font-size="11" text-anchor="end">1</text>'
-        f'<polyline fill="none" stroke="#1f6feb" stroke-width="2" points="{line}"/>'
-        f'<g fill="#1f6feb">{dots}</g></svg>'
-    )
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
-    spec = run.spec()
-    states, strategy = _versions(run)
-    rounds = run.rounds()
-    status = run.status()
-    first, last = min(states), max(states)
-    points = [(0.0, status["initial_reward"])] if status.get("initial_reward") is not None else []
-    points += [(float(r["tokens_total"]), float(r["held_out_reward"])) for r in rounds]
-    rows = "".join(
-        f"<tr><td>{r['round']}</td><td>{r['held_out_reward']:.3f}</td><td>{r['committed']}</td>"
-        f"<td>{html.escape(', '.join(r['outcomes']) or '-')}</td><td>{r['tokens']}</td><td>{r['tokens_total']}</td></tr>"
-        for r in rounds
-    )
-    diff = "\n".join(difflib.unified_diff(strategy.render(states[first]).splitlines(),
-                                          strategy.render(states[last]).splitlines(), f"v{first}", f"v{last}",
-                                          lineterm=""))
-    page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>agentdescent run report: {html.escape(run.path.name)}</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}}
-pre{{background:#f6f8fa;padding:1rem;overflow-x:auto;white-space:pre-wrap}}</style></head><body>
-<h1>Run report: {html.escape(run.path.name)}</h1>
-<p>Model <b>{html.escape(str(spec['model']))}</b> ({html.escape(spec['provider'])}), reward
-<b>{html.escape(spec['reward'])}</b>, strategy <b>{html.escape(spec['strategy'])}</b>.
-State <b>{html.escape(str(status.get('state')))}</b>, stop reason {html.escape(str(status.get('stop_reason')))},
-head v{last}, {status.get('tokens', 0)} tokens.</p>
-<h2>Held-out reward against tokens</h2>{_svg(points)}
-<h2>Rounds</h2><table><tr><th>round</th><th>held-out</th><th>commits</th><th>merge outcomes</th>
-<th>tokens</th><th>tokens in all</th></tr>{rows}</table>
-<h2>Final artifact (v{last})</h2><pre>{html.escape(strategy.render(states[last]))}</pre>
-<h2>Diff from the start (v{first} to v{last})</h2><pre>{html.escape(diff or '(no change)')}</pre>
-</body></html>
-"""
     out = Path(args.output) if args.output else run.path / "report.html"
-    atomic_write(out, page)
+    atomic_write(out, build_report(run))
     print(f"wrote {out}")
     return 0
 
@@ -721,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the environment variable holding the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY); "
                    "only its name is stored")
     p.add_argument("--reward", default="contains", metavar="REWARD",
-                   help=f"{_REWARDS} (default contains)".replace("%", "%%"))
+                   help=f"{REWARD_HELP} (default contains)".replace("%", "%%"))
     p.add_argument("--test-tasks", metavar="FILE.jsonl", default=None,
                    help="a test set (same format, ids not in --tasks), scored at the run's start and end and "
                    "never used for a decision (default: none)")
@@ -750,6 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--rounds", type=_positive, default=15)
     p.add_argument("--workers", type=_positive, default=4)
+    p.add_argument("--probe", action="store_true",
+                   help="time one real model call to estimate the wall time (spends one call)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("run", help="run it, writing ledger.sqlite, rounds.jsonl, status.json, result.json")

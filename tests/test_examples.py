@@ -18,6 +18,7 @@ QUICK = {
     "skill_evolution": ["--dry-run", "--rounds", "2", "--no-progress"],
     "run_async": ["--help"],
     "rq2_staleness": ["--help"],
+    "ticket_routing": ["--dry-run", "--rounds", "2", "--no-progress"],
 }
 
 
