@@ -408,7 +408,14 @@ def test_a_real_run_against_a_loopback_model(tmp_path, monkeypatch):
     parsed = parse(page)
     assert KEY not in page
     commits = parsed.section("commits")
-    assert "v1 → v2 · round 1" in commits and f"+- {RULE}" in commits and "E = " in commits
+    assert "v1 → v2 · round 1" in commits and f"+- {RULE}" in commits and "paired test passed" in commits
+    rows = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
+    evidence = [d["evidence"] for r in rows for d in r.get("decisions") or [] if d.get("evidence")] or \
+        [x["evidence"] for h in result["history"] for x in h["reports"] if x.get("evidence")]
+    if evidence:  # the paired test's numbers, as the engine records them
+        assert f"E = {evidence[0]['e_value']:.1f} against the threshold {evidence[0]['threshold']:.1f}" in commits
+    else:  # an engine that does not record them
+        assert "evidence not recorded" in commits
     assert f"test set (4 tasks no decision saw): {status['test']['initial']:.3f} at the start" in parsed.section("reward")
     cost = parsed.section("cost")
     assert f"all {status['tokens']:,} 100%" in cost and f"model calls {result['usage']['calls']:,}" in cost
