@@ -33,6 +33,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import InvalidArgument
 
@@ -86,6 +87,12 @@ class AcceptanceDecision:
     candidate_mean: float
     head_mean: float
     reason: str
+
+    def evidence(self, held_out: int) -> dict[str, Any]:
+        """The numbers behind the decision, JSON-ready (`agentdescent.MergeReport.evidence`)."""
+        return {"scored": self.scored, "held_out": held_out, "gains": self.gains, "losses": self.losses,
+                "regressions": self.regressions, "e_value": self.e_value, "threshold": self.threshold,
+                "candidate_mean": self.candidate_mean, "head_mean": self.head_mean}
 
     @property
     def confidence(self) -> float:

@@ -337,6 +337,7 @@ class LLMAgent(Agent):
         self.propose_usage = proposer_usage if isinstance(proposer_usage, Usage) else self.usage
         self._lock = threading.Lock()
         self._stats = dict.fromkeys(_STAT_NAMES, 0)
+        self._examples: dict[str, str] = {}
         self.conversation = bool(conversation)
         self.context_max_tokens = check_int(context_max_tokens, "context_max_tokens", low=256, owner="LLMAgent")
         self.context_options = dict(context_options or {})
@@ -362,6 +363,16 @@ class LLMAgent(Agent):
             out = dict(self._stats)
         out["refused"] = sum(out[k] for k in REFUSAL_KINDS)
         return out
+
+    def refusal_examples(self) -> dict[str, str]:
+        """The latest refused reply of each refusal kind (``REFUSAL_KINDS``), cut to 200 characters.
+
+        What the command line's ``status --verbose`` shows next to the counts: one reply
+        the agent could not use, per kind, so a user sees *why* (an explanation instead of
+        a rule, a reply cut off by the per-call limit...).
+        """
+        with self._lock:
+            return dict(self._examples)
 
     @property
     def empty_replies(self) -> int:
@@ -519,6 +530,9 @@ class LLMAgent(Agent):
             self._stats["rules" if parsed.kind == "rule" else parsed.kind] += 1
             if parsed.kind == "rule" and parsed.cleaned:
                 self._stats["cleaned"] += 1
+            if parsed.kind in REFUSAL_KINDS:
+                text = " ".join(str(reply.text or "").split())
+                self._examples[parsed.kind] = text if len(text) <= 200 else text[:197] + "..."
             n = self._stats["rules" if parsed.kind == "rule" else parsed.kind]
         if parsed.kind in ("empty", "truncated") and _is_power_of_ten(n):
             what = "empty" if parsed.kind == "empty" else "cut off by the per-call limit"

@@ -747,7 +747,7 @@ class Aggregator:
             considered=prepared.considered,
             discarded_stale=prepared.discarded_stale,
             conflicts_dropped=prepared.conflicts_dropped,
-            p_improve=acc.confidence,
+            p_improve=acc.confidence, evidence=acc.evidence(measurement.n),
             feedback=[c.feedback for c in prepared.contributors if c.feedback],
         )
         suffix = f"; {', '.join(prepared.notes)}" if prepared.notes else ""

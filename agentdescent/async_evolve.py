@@ -69,7 +69,7 @@ def async_evolve(tasks: Sequence[Task], reward: Callable[[Task, str], Any], **ke
     env = open_run(config, unit="sweep", pool_threads=config.schedule.n_workers)
     try:
         if config.progress:
-            env.recorder.open_bar(None, "async_evolve")
+            env.recorder.open_bar(config.limits.max_rollouts, "async_evolve", rollouts=True)
         return run_async(env)
     finally:
         close_run(env)

@@ -32,12 +32,14 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ._version import VERSION as __version__
+from .aggregator import AggregatorConfig
 from .demo import main as demo_main
 from .errors import (
     AgentDescentError,
@@ -45,6 +47,7 @@ from .errors import (
     UsageError,
 )
 from .evolution import evolve
+from .explain import likely_cause, round_lines, round_record
 from .ledger import SqliteLedger
 from .plan import cmd_plan
 from .progress import read_progress
@@ -64,7 +67,10 @@ from .runspec import (
 )
 from .testset import evaluate
 
-__all__ = ["SPEC_FORMAT", "UsageError", "main"]
+__all__ = ["EXIT_INTERRUPTED", "SPEC_FORMAT", "UsageError", "main"]
+
+#: The exit code of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
 
 # --------------------------------------------------------------------------- commands
 
@@ -123,7 +129,15 @@ def cmd_init(args: argparse.Namespace) -> int:
         "held_out_frac": args.held_out_frac, "call_tokens": args.call_tokens,
         "temperature": args.temperature, "created": now(), "version": __version__,
         "proposer": proposer, "test_tasks": "test_tasks.jsonl" if test_tasks else None,
+        "stratify": args.stratify, "proposal": args.proposal, "false_accept_rate": args.false_accept_rate,
+        "command": _command_line(args),
     }
+    if args.stratify and any(args.stratify not in t.meta for t in tasks):
+        missing = next(t.id for t in tasks if args.stratify not in t.meta)
+        raise UsageError(f"--stratify {args.stratify}: task {missing!r} has no {args.stratify!r} field; every task "
+                         "needs it (the tasks file's extra fields are the task's meta)")
+    if not 0.0 < args.false_accept_rate <= 0.5:
+        raise UsageError(f"--false-accept-rate {args.false_accept_rate}: use a rate in (0, 0.5], e.g. 0.05")
     make_strategy(spec, tasks)
     run.path.mkdir(parents=True, exist_ok=True)
     write_tasks(run.tasks_file, tasks)
@@ -144,29 +158,30 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _round_row(info: RoundInfo, tokens_total: int) -> dict[str, Any]:
-    """One line of ``rounds.jsonl``: a view of the ledger's record of the round."""
-    return {
-        "round": info.index, "held_out_reward": info.held_out_reward, "head_version": info.head_version,
-        "tokens": info.tokens, "tokens_total": tokens_total, "committed": info.committed,
-        "fused": info.fused, "rollouts": info.rollouts, "cards": info.cards,
-        "outcomes": [r.outcome.value for r in info.reports],
-    }
-
-
 def _write_rounds(run: RunDir, rounds: Sequence[RoundInfo]) -> None:
-    """Rewrite ``rounds.jsonl`` from the ledger's rounds (the one store of them), atomically."""
+    """Rewrite ``rounds.jsonl`` from the ledger's rounds (the one store of them), atomically.
+
+    A round's ``ended`` time is the wall time its line was first written, kept from the
+    file when the line is rewritten.
+    """
+    ended = {row.get("round"): row.get("ended") for row in run.rounds()}
     total = 0
     lines = []
     for info in rounds:
         total += info.tokens
-        lines.append(json.dumps(_round_row(info, total), sort_keys=True))
+        row = round_record(info, total)
+        row["ended"] = ended.get(info.index)
+        lines.append(json.dumps(row, sort_keys=True))
     atomic_write(run.rounds_file, "".join(line + "\n" for line in lines))
 
 
 def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, max_tokens: int | None,
-             asynchronous: bool) -> int:
-    """Run (or go on with) the run in ``run``; the ledger's saved progress decides which."""
+             asynchronous: bool, patience: int | None = None) -> int:
+    """Run (or go on with) the run in ``run``; the ledger's saved progress decides which.
+
+    Ctrl-C ends it with one line saying what was kept and how to go on (exit 130). An
+    async run counts merges, not rounds: ``rounds * workers`` rollouts in all.
+    """
     tasks = load_tasks(run.tasks_file)
     reward = make_reward(spec["reward"], run.path)
     strategy = make_strategy(spec, tasks)
@@ -180,25 +195,30 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
     previous = read_json(run.status_file, "status.json") if run.status_file.exists() else {}
     status: dict[str, Any] = {
         "state": "running", "pid": os.getpid(), "started": now(), "round": done_before,
+        "unit": "merge" if asynchronous else "round",
         "head_version": ledger.versions().get(ARTIFACT_ID), "held_out_reward": previous.get("held_out_reward"),
         "initial_reward": previous.get("initial_reward"), "tokens": spent_before, "stop_reason": None,
-        "max_tokens": max_tokens, "rounds_planned": done_before + rounds, "error": None,
+        "max_tokens": max_tokens, "rounds_planned": None if asynchronous else done_before + rounds,
+        "rollouts_planned": rounds * workers if asynchronous else None, "error": None, "why": None,
     }
     run.write_status(status)
     new_tokens = [0]
 
     def on_round(info: RoundInfo) -> None:
         new_tokens[0] += info.tokens
-        row = _round_row(info, spent_before + new_tokens[0])
+        row = round_record(info, spent_before + new_tokens[0])
+        row["ended"] = now()
         run.append_round(row)
         status.update(round=info.index, head_version=info.head_version, held_out_reward=info.held_out_reward,
                       tokens=row["tokens_total"])
         run.write_status(status)
 
+    agg = AggregatorConfig(false_accept_rate=spec["false_accept_rate"]) if spec.get("false_accept_rate") else None
     kwargs: dict[str, Any] = dict(
         agent=agent, strategy=strategy, initial_state=initial_state(spec, strategy), artifact_id=ARTIFACT_ID,
         n_workers=workers, seed=int(spec.get("seed", 0)), held_out_frac=spec.get("held_out_frac", 0.4),
         max_tokens=max_tokens, ledger=ledger, on_round=on_round, progress=True, test_tasks=test_tasks,
+        stratify=spec.get("stratify"), patience=patience, agg_config=agg,
     )
     try:
         if asynchronous:
@@ -207,10 +227,15 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
         else:
             result = evolve(tasks, reward, rounds=rounds, max_concurrency=workers, **kwargs)
     except KeyboardInterrupt:
-        status.update(state="interrupted", stop_reason="interrupted")
+        kept = read_progress(ledger, ARTIFACT_ID)  # what a resume starts from (a round can end unsaved)
+        done, unit, head = len(kept.rounds) if kept else 0, status["unit"], ledger.versions().get(ARTIFACT_ID)
+        status.update(state="interrupted", stop_reason="interrupted", round=done, head_version=head)
         run.write_status(status)
         ledger.close()
-        raise
+        kept = (f"head v{head} and every commit before it" if head else "nothing committed yet")
+        print(f"\ninterrupted after {done} finished {unit}(s); the ledger keeps {kept}; go on with "
+              f"`agentdescent resume {run.path}`", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except AgentDescentError as exc:
         status.update(state="failed", error=str(exc), finished=now())
         run.write_status(status)
@@ -221,17 +246,23 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
     result.save(run.result_file)
     _write_rounds(run, result.history)  # the last round's tokens settled at the end (the test set's final scoring)
     final = None if math.isnan(result.final_reward) else result.final_reward
+    why = likely_cause(run.rounds()) if not result.error else None
     status.update(state="failed" if result.error else "finished", stop_reason=result.stop_reason,
                   head_version=result.version, error=result.error, finished=now(),
                   initial_reward=result.initial_reward, held_out_reward=final,
-                  tokens=result.usage.total_tokens, round=len(result.history), test=_test_summary(result.test))
+                  tokens=result.usage.total_tokens, round=len(result.history), test=_test_summary(result.test),
+                  why=why)
     run.write_status(status)
     shown = "?" if final is None else f"{final:.3f}"
     start = "?" if result.initial_reward is None else f"{result.initial_reward:.3f}"
-    print(f"{status['state']}: {result.stop_reason} after round {len(result.history)}; held-out {start} -> "
-          f"{shown}; head v{result.version}; {result.usage.total_tokens} tokens in all")
+    print(f"{status['state']}: {result.stop_reason} after {status['unit']} {len(result.history)}; held-out "
+          f"{start} -> {shown}; head v{result.version}; {result.committed} commit(s); "
+          f"{result.usage.total_tokens:,} tokens in all")
     if status["test"]:
         print(_test_line(status["test"]))
+    if why:
+        print(f"why: {why}")
+        print(f"(each round in detail: agentdescent status {run.path} --verbose)")
     if result.error:
         print(f"agentdescent: the run failed: {result.error}", file=sys.stderr)
         return 1
@@ -271,10 +302,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             with contextlib.suppress(FileNotFoundError):
                 f.unlink()
     spec.update(run_rounds=args.rounds, run_workers=args.workers, run_max_tokens=args.max_tokens,
-                run_async=args.asynchronous)
+                run_async=args.asynchronous, run_patience=args.patience, run_command=_command_line(args))
     atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
     return _execute(run, spec, rounds=args.rounds, workers=args.workers, max_tokens=args.max_tokens,
-                    asynchronous=args.asynchronous)
+                    asynchronous=args.asynchronous, patience=args.patience)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -290,8 +321,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     done = len(saved.rounds) if saved else 0
     planned = spec.get("run_rounds", 15)
     rounds = args.rounds if args.rounds is not None else max(1, planned - done)
+    spec["run_command"] = _command_line(args)
+    atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
     return _execute(run, spec, rounds=rounds, workers=spec.get("run_workers", 4),
-                    max_tokens=spec.get("run_max_tokens"), asynchronous=bool(spec.get("run_async")))
+                    max_tokens=spec.get("run_max_tokens"), asynchronous=bool(spec.get("run_async")),
+                    patience=spec.get("run_patience"))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -299,19 +333,33 @@ def cmd_status(args: argparse.Namespace) -> int:
     run.spec()
     status = run.status()
     rounds = run.rounds()
+    unit = status.get("unit", "round")
     print(f"state: {status.get('state')}")
-    print(f"round: {status.get('round', 0)}" + (f" of {status['rounds_planned']}" if status.get("rounds_planned") else ""))
+    if unit == "merge":
+        planned = f" (up to {status['rollouts_planned']} rollouts)" if status.get("rollouts_planned") else ""
+        print(f"merges: {status.get('round', 0)}{planned}")
+    else:
+        print(f"round: {status.get('round', 0)}" + (f" of {status['rounds_planned']}" if status.get("rounds_planned")
+                                                    else ""))
     print(f"head version: {status.get('head_version')}")
     reward = status.get("held_out_reward")
     print(f"held-out reward: {reward if reward is None else format(reward, '.3f')}")
-    print(f"tokens spent: {status.get('tokens', 0)}" + (f" of {status['max_tokens']}" if status.get("max_tokens") else ""))
+    print(f"tokens spent: {status.get('tokens', 0):,}" + (f" of {status['max_tokens']:,}" if status.get("max_tokens")
+                                                         else ""))
     print(f"stop reason: {status.get('stop_reason')}")
     if status.get("error"):
         print(f"error: {status['error']}")
     if rounds:
-        print(f"commits: {sum(r['committed'] for r in rounds)} in {len(rounds)} round(s)")
+        print(f"commits: {sum(r['committed'] for r in rounds)} in {len(rounds)} {unit}(s)")
     if status.get("test"):
         print(_test_line(status["test"]))
+    if args.verbose:
+        for row in rounds:
+            print()
+            print("\n".join(round_lines(row)))
+    why = status.get("why") or (likely_cause(rounds) if status.get("state") != "running" else None)
+    if why:
+        print(f"{'' if not args.verbose else chr(10)}why: {why}")
     return 0
 
 
@@ -336,6 +384,8 @@ def _pick(states: dict[int, dict[str, str]], version: int | None, flag: str) -> 
 
 def cmd_show(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
+    if args.round is not None:
+        return _show_round(run, args.round)
     states, strategy = load_versions(run)
     rewards = _reward_of(run)
     if args.diff:
@@ -351,6 +401,31 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"# v{v} of {max(states)}; held-out {'?' if r is None else f'{r:.3f}'}", file=sys.stderr)
     print(strategy.render(states[v]))
     return 0
+
+
+def _show_round(run: RunDir, index: int) -> int:
+    """``show --round N``: the round's record in words, and the diff of each commit it made."""
+    rows = {row.get("round"): row for row in run.rounds()}
+    if index not in rows:
+        raise UsageError(f"--round {index}: no such round; {run.path} has " + (
+            f"rounds 1..{max(rows)}" if rows else "no finished round yet"))
+    row = rows[index]
+    print("\n".join(round_lines(row)))
+    versions = [d["committed_version"] for d in row.get("decisions") or [] if d.get("committed_version")]
+    if versions:
+        states, strategy = load_versions(run)
+        for v in versions:
+            if v in states and v - 1 in states:
+                print(f"\nv{v - 1} -> v{v}:")
+                print("\n".join(difflib.unified_diff(strategy.render(states[v - 1]).splitlines(),
+                                                     strategy.render(states[v]).splitlines(),
+                                                     f"v{v - 1}", f"v{v}", lineterm="")))
+    return 0
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command as typed (``agentdescent ...``), for the spec and the report (no flag takes a key)."""
+    return shlex.join(["agentdescent", *getattr(args, "argv", [])])
 
 
 def _inside(path: Path, directory: Path) -> bool:
@@ -454,28 +529,43 @@ def _positive(value: str) -> int:
     return n
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help already says it (a flag has none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or action.required or "(default" in text or action.default is False or \
+                action.default == argparse.SUPPRESS:
+            return text
+        shown = "none" if action.default is None else "%(default)s"
+        return f"{text} (default: {shown})".lstrip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``agentdescent`` argument parser (every command has ``--help``)."""
     parser = argparse.ArgumentParser(prog="agentdescent", description="Parallel self-evolution of LLM agent artifacts.")
     parser.add_argument("--version", action="version", version=f"agentdescent {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    defaults = _DefaultsFormatter
 
     p = sub.add_parser("demo", help="the offline demo (simulated domain, SQLite ledger, no API key)",
                        add_help=False)
     p.set_defaults(func=None)
 
-    p = sub.add_parser("init", help="make a run directory: spec.json and a copy of the tasks")
+    p = sub.add_parser("init", help="make a run directory: spec.json and a copy of the tasks",
+                       formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--tasks", required=True, metavar="FILE.jsonl",
                    help='one JSON object per line: "prompt", optional "id" and "answer"')
-    p.add_argument("--model", required=True, metavar="M")
-    p.add_argument("--provider", choices=["openai", "anthropic"], default="openai")
+    p.add_argument("--model", required=True, metavar="M", help="the model that answers the tasks")
+    p.add_argument("--provider", choices=["openai", "anthropic"], default="openai",
+                   help="its API: an OpenAI-compatible server, or Anthropic's")
     p.add_argument("--base-url", metavar="U", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8090/v1")
     p.add_argument("--api-key-env", metavar="VAR",
                    help="the environment variable holding the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY); "
                    "only its name is stored")
     p.add_argument("--reward", default="contains", metavar="REWARD",
-                   help=f"{REWARD_HELP} (default contains)".replace("%", "%%"))
+                   help=REWARD_HELP.replace("%", "%%"))
     p.add_argument("--test-tasks", metavar="FILE.jsonl", default=None,
                    help="a test set (same format, ids not in --tasks), scored at the run's start and end and "
                    "never used for a decision (default: none)")
@@ -491,49 +581,73 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the environment variable holding the proposer's key (default: --api-key-env's when the "
                    "proposer uses --provider's API, else OPENAI_API_KEY / ANTHROPIC_API_KEY); only its name is "
                    "stored")
-    p.add_argument("--strategy", choices=["append", "keyed", "single"], default="append")
+    p.add_argument("--strategy", choices=["append", "keyed", "single"], default="append",
+                   help="append: a playbook of rules; keyed: one rule per task category; single: one prompt, "
+                   "rewritten whole")
     p.add_argument("--initial", metavar="FILE", help="a starting prompt or playbook (one rule per line)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--held-out-frac", type=float, default=0.4)
-    p.add_argument("--call-tokens", type=_positive, default=None, help="max_tokens per model call")
-    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--proposal", choices=["rule", "rewrite"], default=None,
+                   help="what the model proposes: one rule, or the whole new text (default: rewrite for "
+                   "--strategy single, else rule)")
+    p.add_argument("--seed", type=int, default=0, help="the run's seed (the split, the task order)")
+    p.add_argument("--held-out-frac", type=float, default=0.4, help="the share of tasks held out for acceptance")
+    p.add_argument("--stratify", metavar="FIELD", default=None,
+                   help="split the held-out tasks evenly over this task field (e.g. a label or category)")
+    p.add_argument("--false-accept-rate", type=float, default=0.05, metavar="A",
+                   help="the acceptance test's rate of committing a change that does not help")
+    p.add_argument("--call-tokens", type=_positive, default=None, help="max_tokens per model call (the reply limit)")
+    p.add_argument("--temperature", type=float, default=None, help="the model's sampling temperature "
+                   "(default: the server's)")
     p.add_argument("--force", action="store_true", help="replace an existing spec")
     p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser("plan", help="the calls and tokens a round and the run cost at most")
+    p = sub.add_parser("plan", help="the calls and tokens a round and the run cost at most",
+                       formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--rounds", type=_positive, default=15)
-    p.add_argument("--workers", type=_positive, default=4)
+    p.add_argument("--rounds", type=_positive, default=15, help="rounds to plan for")
+    p.add_argument("--workers", type=_positive, default=4, help="workers a round")
     p.add_argument("--probe", action="store_true",
                    help="time one real model call to estimate the wall time (spends one call)")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("run", help="run it, writing ledger.sqlite, rounds.jsonl, status.json, result.json")
+    p = sub.add_parser("run", help="run it, writing ledger.sqlite, rounds.jsonl, status.json, result.json",
+                       formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--rounds", type=_positive, default=15)
-    p.add_argument("--workers", type=_positive, default=4)
-    p.add_argument("--max-tokens", type=_positive, default=None, help="the run's token budget")
+    p.add_argument("--rounds", type=_positive, default=15,
+                   help="rounds to run (with --async: rounds x workers rollouts)")
+    p.add_argument("--workers", type=_positive, default=4, help="workers a round, each one task at a time")
+    p.add_argument("--max-tokens", type=_positive, default=None, help="the run's token budget (default: none)")
+    p.add_argument("--patience", type=_positive, default=None, metavar="N",
+                   help="stop after N rounds' worth of rollouts without a commit (default: never)")
     p.add_argument("--async", dest="asynchronous", action="store_true", help="the barrier-free runtime")
     p.add_argument("--restart", action="store_true", help="delete the ledger and rounds and start over")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", help="running / finished / failed / interrupted, with progress")
+    p = sub.add_parser("status", help="running / finished / failed / interrupted, with progress",
+                       formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="every round: proposals (refused, by kind, with an example), each merge decision "
+                   "with its numbers and its reason")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("show", help="the artifact at a version, or a diff between two versions")
+    p = sub.add_parser("show", help="the artifact at a version, or a diff between two versions",
+                       formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--version", type=_positive, default=None, help="default: the head")
-    p.add_argument("--diff", type=_positive, nargs=2, metavar=("A", "B"))
+    p.add_argument("--diff", type=_positive, nargs=2, metavar=("A", "B"), help="the diff from version A to B")
+    p.add_argument("--round", type=_positive, default=None, metavar="N",
+                   help="round N: its proposals, its decisions with their numbers, and the diff of each commit")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("resume", help="continue an interrupted or finished run")
+    p = sub.add_parser("resume", help="continue an interrupted or finished run",
+                       formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--rounds", type=_positive, default=None, help="rounds to add (default: what the run had left)")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("eval", help="score a version on tasks (a test set), printing the mean, its interval "
-                       "and each task; writes nothing into the run directory")
+                       "and each task; writes nothing into the run directory",
+                       formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--tasks", required=True, metavar="FILE.jsonl",
                    help="the tasks to score on (same format as init's --tasks; at least one)")
@@ -546,22 +660,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the evaluation as JSON to FILE, outside the run directory (default: print only)")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("export", help="write the rendered artifact to a file")
+    p = sub.add_parser("export", help="write the rendered artifact to a file",
+                       formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("-o", "--output", required=True, metavar="FILE")
-    p.add_argument("--version", type=_positive, default=None)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
+    p.add_argument("--version", type=_positive, default=None, help="the version to export (default: the head)")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("report", help="one self-contained HTML page about the run")
+    p = sub.add_parser("report", help="one self-contained HTML page about the run",
+                       formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("-o", "--output", metavar="FILE.html", default=None)
+    p.add_argument("-o", "--output", metavar="FILE.html", default=None,
+                   help="where to write it (default: RUN_DIR/report.html)")
     p.set_defaults(func=cmd_report)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 done, 1 the run failed, 2 usage error)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run the command line; returns the exit code (0 done, 1 the run failed, 2 usage error, 130 Ctrl-C)."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # the reader went away (`... | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "demo":
         return demo_main(argv[1:])
     parser = build_parser()
@@ -569,8 +694,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help is 0, a bad flag is 2
         return int(exc.code or 0)
+    args.argv = argv
     try:
         return int(args.func(args))
     except UsageError as exc:
         print(f"agentdescent {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outside a run (a run says what it kept)
+        print(f"\nagentdescent {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+

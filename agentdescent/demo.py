@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="agentdescent-demo-") as tmp:
         ledger_path = args.ledger if args.ledger is not None else Path(tmp) / "ledger.sqlite"
         domain = RouterDomain(seed=args.seed, noise=args.noise)
-        print(f"ledger: {ledger_path}  ({len(domain.tasks)} routing tasks, "
+        where = str(ledger_path) if args.ledger is not None else "a temporary SQLite file, deleted at exit (--ledger FILE keeps it)"
+        print(f"ledger: {where}  ({len(domain.tasks)} routing tasks, "
               f"{args.workers} workers x {args.rounds} rounds, noise {args.noise})")
 
         merged = evolve(

@@ -4,14 +4,16 @@ This module owns `RolloutEvaluator`: a state's score on a task is one run of the
 the state's rendered text, scored by the reward, through the run's call runner (so every
 evaluation is metered, retried under the failure rule and bounded by the deadline).
 Scores are cached per (state digest, task id), so the cheap subset (drawn from the
-held-out set), repeated head evaluations and rebase checks cost nothing twice. It must not
-decide anything: the aggregator does.
+held-out set), repeated head evaluations and rebase checks cost nothing twice; each
+cached score keeps a sample of its output and the reward's feedback (`samples`, for the
+result's per-task view). It must not decide anything: the aggregator does.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .aggregator import Evaluator
 from .counters import Counters
@@ -20,7 +22,14 @@ from .executors import CallRunner
 from .strategies import Strategy
 from .types import Task, stable_hash
 
-__all__ = ["RolloutEvaluator"]
+__all__ = ["SAMPLE_CHARS", "RolloutEvaluator"]
+
+#: An output or a feedback kept as a sample is cut to this many characters.
+SAMPLE_CHARS = 300
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= SAMPLE_CHARS else text[: SAMPLE_CHARS - 3] + "..."
 
 
 class RolloutEvaluator(Evaluator):
@@ -45,6 +54,7 @@ class RolloutEvaluator(Evaluator):
         self.held_out_tasks = list(held_out)
         self.cheap_tasks = list(cheap_tasks)
         self._cache: dict[tuple[int, str], float] = {}
+        self._samples: dict[tuple[int, str], tuple[str, str]] = {}
         self._lock = threading.Lock()
 
     def _scores(self, state: Mapping[str, str], tasks: list[Task]) -> list[float]:
@@ -52,11 +62,14 @@ class RolloutEvaluator(Evaluator):
         with self._lock:
             missing = [t for t in tasks if (digest, t.id) not in self._cache]
         if missing:
-            scores = self.runner.score_tasks(self.strategy.render(state), missing)
+            outputs: dict[str, tuple[str, str]] = {}
+            scores = self.runner.score_tasks(self.strategy.render(state), missing, outputs)
             with self._lock:
                 for t, s in zip(missing, scores):
                     if isinstance(s, float):
                         self._cache[(digest, t.id)] = s
+                        output, feedback = outputs.get(t.id, ("", ""))
+                        self._samples[(digest, t.id)] = (_cut(output), _cut(feedback))
             self.counters.add("eval_rollouts", sum(isinstance(s, float) for s in scores))
             failure = next((s for s in scores if isinstance(s, BackendFailure)), None)
             if failure is not None:
@@ -70,6 +83,22 @@ class RolloutEvaluator(Evaluator):
         with self._lock:
             for task, score in zip(tasks, scores):
                 self._cache[(digest, task.id)] = float(score)
+
+    def samples(self, state: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+        """Task id -> ``{"score", "output", "feedback"}`` of every held-out task ``state`` was scored on here.
+
+        Outputs and feedback are cut to `SAMPLE_CHARS`; a task scored only in an earlier
+        process (a resumed run's head) has a score and no sample.
+        """
+        digest = stable_hash(sorted(state.items()))
+        out: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for task in self.held_out_tasks:
+                score = self._cache.get((digest, task.id))
+                if score is not None:
+                    output, feedback = self._samples.get((digest, task.id), (None, None))
+                    out[task.id] = {"score": float(score), "output": output, "feedback": feedback}
+        return out
 
     def held_out(self, artifact_id: str, state: Mapping[str, str]) -> list[float]:
         """Per-task rewards of ``state`` on the held-out tasks (in their fixed order)."""

@@ -67,7 +67,7 @@ def evolve(tasks: Sequence[Task], reward: Callable[[Task, str], Any], **keywords
         env = open_run(config, unit="sweep", pool_threads=config.schedule.n_workers)
         try:
             if config.progress:
-                env.recorder.open_bar(None, "evolve")
+                env.recorder.open_bar(config.limits.max_rollouts, "evolve", rollouts=True)
             return run_async(env)
         finally:
             close_run(env)

@@ -396,21 +396,26 @@ class CallRunner:
         result = self._retrying(Call(self.solve, (rendered, task), phase, worker, self.reward, task), what)
         return result.output, self._reward_of(task, result)
 
-    def score_tasks(self, rendered: str, tasks: Sequence[Task]) -> list[Any]:
+    def score_tasks(self, rendered: str, tasks: Sequence[Task],
+                    outputs: dict[str, tuple[str, str]] | None = None) -> list[Any]:
         """Held-out evaluation: the reward of ``rendered`` on each task, in order, within the deadline.
 
         A slot holds the reward, or the `BackendFailure` of a task that failed for good;
         the evaluation stops at its first failed task (tasks not yet started are
         cancelled, their slots None). Every task is one call, run on the pool (inline) or
-        submitted to the executor at once (which bounds how many run).
+        submitted to the executor at once (which bounds how many run). With ``outputs``,
+        each scored task's ``(output, feedback)`` is put in it under the task's id.
 
         Raises:
             RunTimeout: the hard deadline passed.
             RunFailed, ContractError, RewardContractError: as `solve_and_score`.
         """
         def one(task: Task) -> float:
-            return self.solve_and_score(rendered, task, what=f"evaluation on task {task.id!r}",
-                                        phase="evaluation")[1].value
+            output, score = self.solve_and_score(rendered, task, what=f"evaluation on task {task.id!r}",
+                                                 phase="evaluation")
+            if outputs is not None:
+                outputs[task.id] = (output, score.feedback)
+            return score.value
 
         return self.map(one, tasks, stop_on_failure=True)
 

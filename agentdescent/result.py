@@ -39,6 +39,14 @@ class RoundInfo:
         cards: evidence cards merged in the round.
         backend_failures: backend calls that failed even after retries.
         head_version: the head version after the merge.
+        proposals: what became of the round's proposal calls, or None when nothing counted
+            them: ``made`` (proposal calls that returned), ``cards`` (proposals that became
+            evidence cards), and with an agent that counts its replies
+            (`agentdescent.LLMAgent.stats`) ``rules``, ``declined`` (NONE), ``refused``
+            (kind -> count, the kinds that occurred) and ``examples`` (kind -> one refused
+            reply, cut short).
+        elapsed: seconds the round took, on the run's clock (the only field that does not
+            repeat between two identical runs).
     """
 
     index: int
@@ -53,12 +61,15 @@ class RoundInfo:
     cards: int = 0
     backend_failures: int = 0
     head_version: int | None = None
+    proposals: dict[str, Any] | None = None
+    elapsed: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         data = {k: getattr(self, k) for k in (
             "index", "held_out_reward", "committed", "fused", "discarded_stale",
             "conflicts_dropped", "tokens", "rollouts", "cards", "backend_failures", "head_version",
+            "proposals", "elapsed",
         )}
         data["reports"] = [r.to_json() for r in self.reports]
         return data
@@ -143,6 +154,11 @@ class EvolutionResult:
             `agentdescent.testset.Evaluation` as JSON: the draws and feedback per task, the
             mean and its 95 % interval) and ``difference`` (final − initial, task by task,
             with its interval and ``separated``: whether the interval excludes 0).
+        held_out_samples: the head's per-task held-out results at the start and at the end,
+            JSON-ready, or None: ``{"initial": {"version", "tasks"}, "final": {...}}``,
+            ``tasks`` mapping each task scored on that version to ``{"score", "output",
+            "feedback"}`` (output and feedback cut short; None for a score measured in an
+            earlier process). Tasks the paired test never needed are absent.
     """
 
     state: dict[str, str]
@@ -163,6 +179,7 @@ class EvolutionResult:
     test_initial: float | None = None
     test_final: float | None = None
     test: dict[str, Any] | None = None
+    held_out_samples: dict[str, Any] | None = None
 
     def outcomes(self) -> dict[str, int]:
         """How many merge decisions ended each way, keyed by `MergeOutcome` value.
@@ -204,6 +221,7 @@ class EvolutionResult:
             "test_initial": self.test_initial,
             "test_final": self.test_final,
             "test": self.test,
+            "held_out_samples": self.held_out_samples,
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -248,6 +266,7 @@ class EvolutionResult:
                 test_initial=data.get("test_initial"),
                 test_final=data.get("test_final"),
                 test=data.get("test"),
+                held_out_samples=data.get("held_out_samples"),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise AgentDescentError(

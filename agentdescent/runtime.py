@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from .aggregator import Aggregator, AggregatorConfig, Evaluator
 from .allocator import AllocatorPolicy
 from .budget import BudgetGovernor
+from .clock import Clock
 from .config import RunConfig
 from .counters import Counters
 from .errors import BackendFailure, InvalidArgumentType, RunFailed, RunTimeout
@@ -36,6 +37,7 @@ from .evaluation import RolloutEvaluator
 from .executors import CallRunner, DaemonPool, check_travel, runs_in_process
 from .ledger import Ledger, MemoryLedger, SqliteLedger
 from .progress import ProgressStore, capture, restore
+from .proposals import REFUSAL_KINDS
 from .relevance import Relevance
 from .result import AsyncStats, EvolutionResult, RoundInfo
 from .staleness import StalenessPolicy
@@ -250,11 +252,15 @@ class RoundRecorder:
         on_round: the user's callback, or None.
         unit: ``"round"`` or ``"sweep"``, for logs and the bar.
         history: the rounds of a resumed run.
+        agent: the run's agent; when it counts its replies (``stats()``, as
+            `agentdescent.LLMAgent`), each round's `RoundInfo.proposals` says what became
+            of them.
+        clock: the run's clock (each round's ``elapsed``).
     """
 
     def __init__(self, usage: Usage, counters: Counters, governor: BudgetGovernor,
                  on_round: Callable[[RoundInfo], None] | None, unit: str = "round",
-                 history: Sequence[RoundInfo] = ()) -> None:
+                 history: Sequence[RoundInfo] = (), agent: Any = None, clock: Clock | None = None) -> None:
         self.usage = usage
         self.counters = counters
         self.governor = governor
@@ -266,23 +272,60 @@ class RoundRecorder:
         self._spent_mark = governor.spent  # the budget's view: without the phases it leaves out
         self._failures_mark = counters.get("backend_failures")
         self.bar: Any = None
+        self._bar_rollouts = False
+        self.clock = clock
+        self._time_mark = clock.now() if clock is not None else 0.0
+        stats = getattr(agent, "stats", None)
+        self._agent_stats = stats if callable(stats) else None
+        examples = getattr(agent, "refusal_examples", None)
+        self._agent_examples = examples if callable(examples) else None
+        self._proposal_mark = self._proposal_counts()
 
-    def open_bar(self, total: int | None, desc: str) -> None:
-        """Show a progress bar counting the whole run (a resumed run's rounds included)."""
+    def _proposal_counts(self) -> dict[str, int]:
+        counts = {"made": self.counters.get("proposals"), "cards": self.counters.get("cards")}
+        if self._agent_stats is not None:
+            counts.update({f"agent_{k}": int(v) for k, v in self._agent_stats().items() if isinstance(v, int)})
+        return counts
+
+    def _proposals(self) -> dict[str, Any] | None:
+        """What became of the proposals since the last round (`RoundInfo.proposals`)."""
+        now = self._proposal_counts()
+        delta = {k: v - self._proposal_mark.get(k, 0) for k, v in now.items()}
+        self._proposal_mark = now
+        out: dict[str, Any] = {"made": delta["made"], "cards": delta["cards"]}
+        if self._agent_stats is not None and delta.get("agent_proposals", 0) == delta["made"] > 0:
+            # the agent saw these calls itself (not a copy in another process)
+            refused = {k: delta[f"agent_{k}"] for k in REFUSAL_KINDS if delta.get(f"agent_{k}", 0)}
+            examples = self._agent_examples() if self._agent_examples is not None else {}
+            out.update(rules=delta.get("agent_rules", 0), declined=delta.get("agent_declined", 0), refused=refused,
+                       examples={k: examples[k] for k in refused if k in examples})
+        return out
+
+    def open_bar(self, total: int | None, desc: str, *, rollouts: bool = False) -> None:
+        """Show a progress bar counting the whole run (a resumed run's rounds included).
+
+        With ``rollouts`` the bar counts this call's rollouts instead of rounds (the async
+        runtime, whose merges have no planned number: ``total`` is then the rollout cap,
+        which counts this call's rollouts, or None).
+        """
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(desc=desc, unit=self.unit, total=total, initial=self.resumed_rounds)
+        self._bar_rollouts = rollouts
+        done = 0 if rollouts else self.resumed_rounds
+        self.bar = tqdm(desc=desc, unit="rollout" if rollouts else self.unit, total=total, initial=done)
 
     def record(self, reports: list[MergeReport], held: float, *, rollouts: int, cards: int,
                head_version: int | None = None) -> RoundInfo:
         """The `RoundInfo` of the merge just made; also logged, shown and passed to ``on_round``."""
         total, failures = self.usage.total_tokens, self.counters.get("backend_failures")
+        moment = self.clock.now() if self.clock is not None else 0.0
         info = RoundInfo(
             index=len(self.history) + 1, held_out_reward=held, tokens=total - self._tokens_mark,
             reports=reports, rollouts=rollouts, cards=cards,
             backend_failures=failures - self._failures_mark, head_version=head_version,
-            **_summarize(reports),
+            proposals=self._proposals(), elapsed=round(moment - self._time_mark, 3), **_summarize(reports),
         )
+        self._time_mark = moment
         self._tokens_mark, self._failures_mark = total, failures
         self.history.append(info)
         spent = self.governor.spent
@@ -293,7 +336,7 @@ class RoundRecorder:
         if self.on_round is not None:
             self.on_round(info)
         if self.bar is not None:
-            self.bar.update(1)
+            self.bar.update(info.rollouts if self._bar_rollouts else 1)
             self.bar.set_postfix(reward=f"{held:.3f}", commits=sum(h.committed for h in self.history))
         return info
 
@@ -395,7 +438,7 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
             "agentdescent.Aggregator (subclass it to change a step of the pipeline)"
         )
     recorder = RoundRecorder(usage, counters, governor, config.on_round, unit,
-                             saved.rounds if saved is not None else ())
+                             saved.rounds if saved is not None else (), agent=config.agent, clock=clock)
     env = RunEnv(
         config=config, train=train, held_out=held_out, strategy=strategy, propose=config.propose_fn,
         usage=usage, ledger=led, owns_ledger=owns_ledger, runner=runner, owns_executor=owns_executor,
@@ -504,7 +547,18 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
         test_initial=test["initial"]["mean"] if test and test.get("initial") else None,
         test_final=test["final"]["mean"] if test and test.get("final") else None,
         test=test,
+        held_out_samples=_held_out_samples(env, version, state),
     )
+
+
+def _held_out_samples(env: RunEnv, version: int, state: Mapping[str, str]) -> dict[str, Any] | None:
+    """The head's per-task held-out results at the run's start and end (`EvolutionResult.held_out_samples`)."""
+    samples = env.evaluator.samples
+    first = next(iter(env.ledger.history(env.artifact_id)), None)
+    if first is None:
+        return None
+    return {"initial": {"version": first.version, "tasks": samples(first.state)},
+            "final": {"version": version, "tasks": samples(state)}}
 
 
 def _test_report(env: RunEnv, state: Mapping[str, str], error: str | None) -> dict[str, Any] | None:

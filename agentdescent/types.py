@@ -322,8 +322,9 @@ class MergeReport:
     Args:
         artifact_id: the artifact merged into.
         outcome: how the decision ended.
-        accepted: the diff that went to the acceptance test (committed or not), or None
-            when nothing was measured.
+        accepted: the candidate: the diff that went to the acceptance test, committed or
+            not (the name is the contract's; `to_json` writes it as ``"candidate"``), or
+            None when nothing was measured.
         fused: the candidate was a union of several diffs.
         considered: cards that entered the decision.
         discarded_stale: cards dropped by the staleness policy (their evidence is pooled).
@@ -333,6 +334,10 @@ class MergeReport:
         reason: a sentence saying why the decision went this way.
         feedback: the reward's feedback on the rollouts the candidate's cards were
             proposed from (what prompted the change), when the reward gave any.
+        evidence: the paired test's numbers when the candidate was measured, or None:
+            ``scored`` (held-out tasks scored) of ``held_out``, ``gains``, ``losses``,
+            ``regressions``, ``e_value`` against ``threshold`` (``1 / false_accept_rate``),
+            ``candidate_mean`` and ``head_mean`` over the scored tasks.
     """
 
     artifact_id: str
@@ -346,13 +351,14 @@ class MergeReport:
     committed_version: int | None = None
     reason: str = ""
     feedback: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of the report."""
+        """A JSON-ready dict of the report (the candidate under ``"candidate"``, committed or not)."""
         return {
             "artifact_id": self.artifact_id,
             "outcome": self.outcome.value,
-            "accepted": self.accepted.to_json() if self.accepted is not None else None,
+            "candidate": self.accepted.to_json() if self.accepted is not None else None,
             "fused": self.fused,
             "considered": self.considered,
             "discarded_stale": self.discarded_stale,
@@ -361,12 +367,13 @@ class MergeReport:
             "committed_version": self.committed_version,
             "reason": self.reason,
             "feedback": list(self.feedback),
+            "evidence": dict(self.evidence) if self.evidence is not None else None,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MergeReport:
         """Rebuild a report from `to_json` output."""
-        accepted = data.get("accepted")
+        accepted = data.get("candidate", data.get("accepted"))  # "accepted": older files
         return cls(
             artifact_id=data["artifact_id"],
             outcome=MergeOutcome(data["outcome"]),
@@ -379,4 +386,5 @@ class MergeReport:
             committed_version=data.get("committed_version"),
             reason=data.get("reason", ""),
             feedback=[str(f) for f in data.get("feedback", [])],
+            evidence=dict(data["evidence"]) if data.get("evidence") else None,
         )

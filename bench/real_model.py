@@ -20,7 +20,7 @@ prints, per seed:
 Run it at the model's sampling temperature and at 0 (``--temperature``) to see the test
 treat a sampled model as noisy and a greedy one as deterministic::
 
-    ../shared/local-llm/serve.sh      # SmolLM2-135M-Instruct on 127.0.0.1:8090
+    # a local OpenAI-compatible server (llama.cpp's llama-server) with SmolLM2-135M-Instruct on 127.0.0.1:8090
     python bench/real_model.py --base-url http://127.0.0.1:8090/v1 --model smollm2-135m \\
         --api-key local --seeds 0 --temperature 0.7 --json bench/results/real_model_t07.json
 

@@ -47,3 +47,11 @@ def replayable(info: Any) -> dict[str, Any]:
     data = info.to_json()
     data.pop("elapsed", None)
     return data
+
+
+def replayable_result(result: Any) -> dict[str, Any]:
+    """A result's JSON without its rounds' wall times: what repeats bit for bit."""
+    data = result.to_json()
+    for info in data["history"]:
+        info.pop("elapsed", None)
+    return data

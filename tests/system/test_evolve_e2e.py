@@ -29,7 +29,7 @@ from agentdescent import (
 )
 from agentdescent.domains.router import KEYWORDS, LABELS, RouterDomain
 
-from ..toy import replayable
+from ..toy import replayable, replayable_result
 
 # Backend-retry warnings are expected in several tests here; keep the output readable.
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -246,7 +246,7 @@ def test_full_staleness_accepts_stale_diffs_without_discarding():
 
 
 def _fingerprint(result: EvolutionResult) -> str:
-    return json.dumps(result.to_json(), sort_keys=True)
+    return json.dumps(replayable_result(result), sort_keys=True)
 
 
 def test_max_concurrency_1_repeats_bit_for_bit():

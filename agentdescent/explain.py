@@ -1,0 +1,185 @@
+"""Why a run went as it did: each round's record in words, and the likely cause when nothing committed.
+
+A round's record (a line of a run directory's ``rounds.jsonl``, `round_record`) holds what
+became of its proposals (made, refused by kind with one example reply each, turned into
+cards) and every merge decision with its numbers (`decision_record`: held-out tasks
+scored, gains and losses, the paired test's e-value against its bound, the reason in
+words). `round_lines` prints one record for ``agentdescent status --verbose`` and ``show
+--round``; `likely_cause` reads a run's records and names, in plain words, the most
+likely reason nothing was committed, with what to change. Pure functions over JSON-ready
+dicts: it must not run, read or write anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .result import RoundInfo
+from .types import MergeOutcome, MergeReport
+
+__all__ = ["KIND_WORDS", "decision_record", "likely_cause", "round_lines", "round_record"]
+
+#: A refusal kind (`agentdescent.proposals.REFUSAL_KINDS`) in words.
+KIND_WORDS = {
+    "truncated": "cut off by the per-call limit",
+    "empty": "empty",
+    "restated": "restated the artifact",
+    "echoed": "echoed the task",
+    "too_long": "too long",
+    "not_a_rule": "not a rule",
+}
+
+
+def _text(value: str, limit: int) -> str:
+    flat = " ".join(str(value).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def decision_record(report: MergeReport) -> dict[str, Any]:
+    """One merge decision, JSON-ready: outcome, reason, the candidate's text and the paired test's numbers."""
+    candidate: list[str] = []
+    if report.accepted is not None:
+        for key, value in sorted(report.accepted.ops.items()):
+            candidate.append(_text(value, 300) if value is not None else f"(removes {key})")
+    return {
+        "artifact_id": report.artifact_id, "outcome": report.outcome.value, "reason": report.reason,
+        "fused": report.fused, "considered": report.considered, "candidate": candidate,
+        "committed_version": report.committed_version, "feedback": list(report.feedback),
+        "evidence": dict(report.evidence) if report.evidence is not None else None,
+    }
+
+
+def round_record(info: RoundInfo, tokens_total: int) -> dict[str, Any]:
+    """A round as one JSON-ready record (a line of ``rounds.jsonl``)."""
+    return {
+        "round": info.index, "held_out_reward": info.held_out_reward, "head_version": info.head_version,
+        "tokens": info.tokens, "tokens_total": tokens_total, "committed": info.committed,
+        "fused": info.fused, "rollouts": info.rollouts, "cards": info.cards,
+        "discarded_stale": info.discarded_stale, "backend_failures": info.backend_failures,
+        "outcomes": [r.outcome.value for r in info.reports], "seconds": info.elapsed,
+        "proposals": info.proposals, "decisions": [decision_record(r) for r in info.reports],
+    }
+
+
+def _refusals(refused: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {KIND_WORDS.get(kind, kind)}" for kind, n in sorted(refused.items(), key=lambda kv: -kv[1]))
+
+
+def _evidence_words(evidence: Mapping[str, Any]) -> str:
+    return (f"scored {evidence['scored']} of {evidence['held_out']} held-out task(s): {evidence['gains']} gained, "
+            f"{evidence['losses']} lost ({evidence['regressions']} regression(s)); candidate "
+            f"{evidence['candidate_mean']:.3f} against the head's {evidence['head_mean']:.3f}; "
+            f"e-value {evidence['e_value']:.2f} against {evidence['threshold']:.0f}")
+
+
+def round_lines(record: Mapping[str, Any]) -> list[str]:
+    """One round's record in words: a heading line, then its proposals and each decision, indented."""
+    reward = record.get("held_out_reward")
+    head = (f"round {record.get('round')}: held-out {reward:.3f}" if isinstance(reward, (int, float))
+            else f"round {record.get('round')}")
+    head += f", {record.get('committed', 0)} commit(s), {record.get('tokens', 0):,} tokens"
+    if record.get("seconds"):
+        head += f", {record['seconds']:.1f} s"
+    lines = [head]
+    proposals = record.get("proposals")
+    if proposals is None:
+        lines.append(f"  proposals: not recorded ({record.get('cards', 0)} card(s))")
+    else:
+        line = f"  proposals: {proposals.get('made', 0)} made, {proposals.get('cards', 0)} became card(s)"
+        if "rules" in proposals:
+            line += f"; {proposals['rules']} rule(s), {proposals.get('declined', 0)} NONE"
+            if proposals.get("refused"):
+                line += f", refused: {_refusals(proposals['refused'])}"
+        lines.append(line)
+        for kind, example in sorted((proposals.get("examples") or {}).items()):
+            lines.append(f"    e.g. {KIND_WORDS.get(kind, kind)}: {_text(example, 160)!r}")
+    decisions = record.get("decisions")
+    if decisions is None:  # a record written before decisions were kept
+        decisions = [{"outcome": o, "reason": ""} for o in record.get("outcomes", [])]
+    if not decisions:
+        lines.append("  no merge decision (no card reached the aggregator)")
+    for d in decisions:
+        rule = "; ".join(d.get("candidate") or []) or "(no candidate)"
+        lines.append(f"  {d.get('outcome')}: {_text(rule, 160)}")
+        if d.get("evidence"):
+            lines.append(f"    {_evidence_words(d['evidence'])}")
+        if d.get("reason"):
+            lines.append(f"    why: {_text(d['reason'], 400)}")
+    return lines
+
+
+def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The most likely reason a run committed nothing, in plain words with what to change; None if it committed.
+
+    Read in the order a proposal travels: no proposal asked for, every proposal refused
+    or declined, every candidate stopped by the self-verify gate or the budget, every
+    measured candidate below the paired test's bound, the calls failing.
+    """
+    if not records or any(r.get("committed") for r in records):
+        return None
+    n = len(records)
+    where = f"in {n} round(s)"
+    failures = sum(r.get("backend_failures") or 0 for r in records)
+    props = [r.get("proposals") for r in records]
+    made = sum(p.get("made", 0) for p in props if p) if any(props) else None
+    cards = sum(r.get("cards") or 0 for r in records)
+    counted = [p for p in props if p and "rules" in p]
+    rollouts = sum(r.get("rollouts") or 0 for r in records)
+    if made == 0 and rollouts == 0 and failures:
+        return (f"nothing committed {where}: {failures} model call(s) failed and no rollout finished; check the "
+                "server, the model name and the key (`agentdescent status` shows the error)")
+    if made == 0:
+        return (f"nothing committed {where}: no proposal was asked for, because every one of the {rollouts} "
+                "rollout(s) scored 1 (a proposal follows a failure); the tasks may be too easy for the model, or "
+                "the reward too lenient: check it on a wrong answer")
+    if cards == 0 and counted:
+        rules = sum(p["rules"] for p in counted)
+        declined = sum(p.get("declined", 0) for p in counted)
+        refused: dict[str, int] = {}
+        for p in counted:
+            for kind, k in (p.get("refused") or {}).items():
+                refused[kind] = refused.get(kind, 0) + k
+        total = sum(refused.values())
+        if total and total >= declined:
+            top = max(refused, key=lambda kind: refused[kind])
+            fix = ("raise --call-tokens (the per-call limit) or use a stronger proposer (--proposer-model)"
+                   if top == "truncated" else
+                   "the model explains instead of writing a rule: use a stronger proposer (init --proposer-model M)")
+            return f"nothing committed {where}: all {made} proposal(s) were refused ({_refusals(refused)}): {fix}"
+        if declined and not rules:
+            return (f"nothing committed {where}: the model answered NONE to {declined} of {made} proposal request(s) "
+                    "(it saw no rule to write); a reward with feedback (what was expected) or a stronger proposer "
+                    "(--proposer-model) gives it more to go on")
+        return (f"nothing committed {where}: {made} proposal(s), {rules} rule(s), none became a card (each was "
+                "already in the artifact or not applicable to it)")
+    decisions = [d for r in records for d in (r.get("decisions") or [])]
+    if cards == 0:
+        return f"nothing committed {where}: {made} proposal(s) made, none became a card"
+    if not decisions:
+        return f"nothing committed {where}: {cards} card(s), no merge decision was reached"
+    measured = [d for d in decisions if d.get("evidence")]
+    gated = [d for d in decisions if str(d.get("reason", "")).startswith("self-verify gate")]
+    skipped = [d for d in decisions if str(d.get("reason", "")).startswith("not evaluated")]
+    stale = [d for d in decisions if d.get("outcome") == MergeOutcome.ALL_STALE.value]
+    if measured:
+        gains = sum(d["evidence"]["gains"] for d in measured)
+        losses = sum(d["evidence"]["losses"] for d in measured)
+        scored = sum(d["evidence"]["scored"] for d in measured)
+        return (f"nothing committed {where}: {len(measured)} candidate(s) were measured on held-out tasks and none "
+                f"passed the paired test ({scored} task(s) scored in all: {gains} gained, {losses} lost); the rules "
+                "did not help on tasks they were not written for: read the candidates (`status --verbose`), give "
+                "the reward feedback, or try a stronger proposer" + (
+                    f"; {len(gated)} more stopped at the self-verify gate" if gated else ""))
+    if gated and len(gated) >= len(skipped):
+        return (f"nothing committed {where}: all {len(gated)} candidate(s) stopped at the self-verify gate: no "
+                "proposed rule changed the answer on the task it was written for, so the model does not follow "
+                "the rules it writes; a stronger model, or the rule where the model reads it (the skill in the "
+                "user message), may")
+    if skipped:
+        return (f"nothing committed {where}: {len(skipped)} candidate(s) were not evaluated because the budget "
+                "ran short; raise --max-tokens")
+    if stale:
+        return (f"nothing committed {where}: every card was stale by the time it was merged; fewer workers, or "
+                "the sync runtime")
+    return f"nothing committed {where}: " + _text(decisions[-1].get("reason") or "no decision committed", 300)

@@ -1,0 +1,221 @@
+"""A run that explains itself, driven through the console script against a loopback model server.
+
+Each test is one thing a user meets: why nothing committed (in the run's last lines,
+``status --verbose``, ``rounds.jsonl``), the numbers behind a commit (``show --round``),
+Ctrl-C (one line, exit 130, then ``resume``), the async counter, ``--help`` defaults, a
+``MODULE:FUNC`` reward found without ``PYTHONPATH``, the single strategy in rewrite mode,
+and the knobs the Python API has (stratify, the false-accept rate, patience).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ..llm_server import LLMServer, Reply, openai_body
+from .test_cli import KEY, ROOT, RULE, _is_proposal, _option_help, _script, cli, init, responder
+
+pytest.importorskip("openai")
+
+EXPLAINING = "The assistant's answer is wrong because it wraps the number in a sentence the grader rejects."
+
+
+def explaining_proposer(path: str, body: dict) -> Reply:
+    """Answers as `responder` does, but every proposal is an explanation, not a rule."""
+    if _is_proposal(body):
+        return Reply(200, openai_body(EXPLAINING))
+    return responder()(path, body)
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
+
+
+def test_a_run_where_every_proposal_is_refused_says_so_and_how_to_fix_it(tmp_path):
+    with LLMServer(responder=explaining_proposer) as server:
+        run_dir = init(tmp_path, server)
+        run = cli("run", str(run_dir), "--rounds", "3", "--workers", "2")
+    assert run.returncode == 0, run.stderr
+    last = run.stdout.strip().splitlines()
+    assert "0 commit(s)" in last[0]
+    assert last[1] == ("why: nothing committed in 3 round(s): all 6 proposal(s) were refused (6 not a rule): the "
+                       "model explains instead of writing a rule: use a stronger proposer (init --proposer-model M)")
+    assert f"agentdescent status {run_dir} --verbose" in last[2]
+
+    rows = _rows(run_dir)
+    assert [r["proposals"]["refused"] for r in rows] == [{"not_a_rule": 2}] * 3
+    assert rows[0]["proposals"]["examples"] == {"not_a_rule": EXPLAINING}
+    assert all(r["proposals"]["made"] == 2 and r["proposals"]["cards"] == 0 and r["decisions"] == [] for r in rows)
+    assert all(isinstance(r["seconds"], float) and r["ended"].endswith("+00:00") for r in rows)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["why"] == last[1].removeprefix("why: ")
+
+    verbose = cli("status", str(run_dir), "--verbose").stdout
+    assert verbose.count("refused: 2 not a rule") == 3
+    assert f"e.g. not a rule: {EXPLAINING!r}" in verbose
+    assert "no merge decision (no card reached the aggregator)" in verbose
+    assert verbose.rstrip().endswith(last[1])
+    assert "why: nothing committed" in cli("status", str(run_dir)).stdout  # also without --verbose
+
+
+def test_a_commit_shows_its_numbers_its_reason_and_its_diff(tmp_path):
+    with LLMServer(responder=responder()) as server:
+        run_dir = init(tmp_path, server)
+        run = cli("run", str(run_dir), "--rounds", "2", "--workers", "2")
+    assert run.returncode == 0, run.stderr
+    assert "why:" not in run.stdout  # it committed: nothing to explain
+    [decision] = _rows(run_dir)[0]["decisions"]
+    assert decision["outcome"] == "committed" and decision["candidate"] == [RULE]
+    evidence = decision["evidence"]
+    assert evidence["gains"] > 0 and evidence["losses"] == 0 and evidence["threshold"] == 20.0
+    assert evidence["scored"] <= evidence["held_out"] and decision["committed_version"] == 2
+
+    shown = cli("show", str(run_dir), "--round", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert f"committed: {RULE}" in shown.stdout
+    assert f"{evidence['gains']} gained, 0 lost" in shown.stdout and "against 20" in shown.stdout
+    assert "why: paired test passed" in shown.stdout
+    assert "v1 -> v2:" in shown.stdout and f"+- {RULE}" in shown.stdout
+    missing = cli("show", str(run_dir), "--round", "9")
+    assert missing.returncode == 2 and "rounds 1..2" in missing.stderr
+
+    result = json.loads((run_dir / "result.json").read_text())
+    report = result["history"][0]["reports"][0]
+    assert "accepted" not in report and report["candidate"]["ops"]  # named for what it is
+    samples = result["held_out_samples"]
+    assert samples["initial"]["version"] == 1 and samples["final"]["version"] == 2
+    first = next(iter(samples["initial"]["tasks"].values()))
+    assert first["score"] == 0.0 and first["output"].startswith("I think the answer is")
+    assert "expected exactly" in first["feedback"]
+
+
+def test_ctrl_c_ends_with_one_line_and_exit_130_then_resume_counts_the_whole_run(tmp_path):
+    with LLMServer(responder=responder(delay=0.05)) as server:
+        run_dir = init(tmp_path, server)
+        env = {**os.environ, "CLI_TEST_KEY": KEY, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([*_script(), "run", str(run_dir), "--rounds", "30", "--workers", "2"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        rounds_file = run_dir / "rounds.jsonl"
+        deadline = time.monotonic() + 60
+        while not (rounds_file.exists() and len(rounds_file.read_text().splitlines()) >= 2):
+            assert proc.poll() is None, "the run ended before it could be interrupted"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130
+        assert "Traceback" not in err
+        [line] = [t for t in err.replace("\r", "\n").splitlines() if t.startswith("interrupted")]
+        assert f"go on with `agentdescent resume {run_dir}`" in line and "finished round(s)" in line
+        status = json.loads((run_dir / "status.json").read_text())
+        assert status["state"] == "interrupted"
+        done = status["round"]
+        assert f"interrupted after {done} finished round(s)" in line
+
+        resumed = cli("resume", str(run_dir), "--rounds", "2")
+    assert resumed.returncode == 0, resumed.stderr
+    bar = resumed.stderr.replace("\r", "\n")
+    assert f"{done}/{done + 2}" in bar and f"{done + 2}/{done + 2}" in bar  # the whole run, not 0/2
+
+
+def test_an_async_run_counts_merges_and_rollouts_not_rounds(tmp_path):
+    with LLMServer(responder=responder()) as server:
+        run_dir = init(tmp_path, server)
+        run = cli("run", str(run_dir), "--rounds", "3", "--workers", "2", "--async")
+    assert run.returncode == 0, run.stderr
+    assert "after merge" in run.stdout
+    bar = [t for t in run.stderr.replace("\r", "\n").splitlines() if t.startswith("evolve")]
+    assert bar and all("/6" in t and "rollout" in t for t in bar)  # a total from the first line on
+    status = cli("status", str(run_dir)).stdout
+    assert "merges: " in status and "(up to 6 rollouts)" in status and "round:" not in status
+
+
+def test_every_option_of_every_command_says_its_default():
+    for command in ("init", "plan", "run", "status", "show", "resume", "eval", "export", "report"):
+        for flag, text in _option_help(command).items():
+            if flag in ("--help", "--force", "--restart", "--async", "--verbose", "-v", "--probe") or \
+                    "store_true" in text:
+                continue
+            if flag in ("--tasks", "--model") or (command == "export" and flag in ("-o", "--output")):
+                continue  # required
+            assert "(default" in text, (command, flag, text)
+
+
+def test_a_module_reward_is_found_in_the_run_directory_and_the_current_directory(tmp_path):
+    code = "def score(task, output):\n    return 1.0 if output.strip() == task.meta['answer'] else 0.0\n"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["CLI_TEST_KEY"] = KEY
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i)})
+                             + "\n" for i in range(8)))
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "cwd_reward.py").write_text(code)
+    with LLMServer(responder=responder()) as server:
+        def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+            return subprocess.run([*_script(), *args], capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
+
+        base = ["--tasks", str(tasks), "--model", "m", "--base-url", server.openai_base_url,
+                "--api-key-env", "CLI_TEST_KEY"]
+        made = run_cli("init", str(tmp_path / "a"), *base, "--reward", "cwd_reward:score", cwd=here)
+        assert made.returncode == 0, made.stderr  # found in the current directory
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        missing = run_cli("init", str(tmp_path / "b"), *base, "--reward", "cwd_reward:score", cwd=elsewhere)
+        assert missing.returncode == 2 and "cannot import score from cwd_reward" in missing.stderr
+        assert str(elsewhere) in missing.stderr  # says where it looked
+
+        (tmp_path / "b").mkdir()
+        (tmp_path / "b" / "dir_reward.py").write_text(code)
+        made = run_cli("init", str(tmp_path / "b"), *base, "--reward", "dir_reward:score", cwd=elsewhere)
+        assert made.returncode == 0, made.stderr  # found in the run directory
+        ran = run_cli("run", str(tmp_path / "b"), "--rounds", "1", "--workers", "2", cwd=elsewhere)
+        assert ran.returncode == 0, ran.stderr  # and again at run time, from anywhere
+
+
+def test_the_single_strategy_rewrites_the_starting_prompt_instead_of_replacing_it(tmp_path):
+    start = "You answer arithmetic questions."
+
+    def rewriting(path: str, body: dict) -> Reply:
+        user = body["messages"][-1]["content"]
+        if "Current playbook:" in user or "ONE general rule" in user or "rewrite" in user.lower():
+            return Reply(200, openai_body(f"{start} Answer with the bare number only, no sentence."))
+        return responder()(path, body)
+
+    initial = tmp_path / "prompt.txt"
+    initial.write_text(start + "\n")
+    with LLMServer(responder=rewriting) as server:
+        run_dir = init(tmp_path, server, "--strategy", "single", "--initial", str(initial))
+        run = cli("run", str(run_dir), "--rounds", "2", "--workers", "2")
+        asked = [r.body["messages"][-1]["content"] for r in server.requests
+                 if "bare number" not in " ".join(m["content"] for m in r.body["messages"] if m["role"] == "system")
+                 and "What is" not in r.body["messages"][-1]["content"][:8]]
+    assert run.returncode == 0, run.stderr
+    proposals = [a for a in asked if start in a]
+    assert proposals and all("ONE general rule" not in a for a in proposals)  # the rewrite request, not a rule
+    shown = cli("show", str(run_dir)).stdout
+    assert shown.startswith(start)  # kept, not thrown away
+
+
+def test_stratify_the_false_accept_rate_and_patience_reach_the_run(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i),
+                                         "kind": "even" if i % 2 == 0 else "odd"}) + "\n" for i in range(16)))
+    with LLMServer(responder=explaining_proposer) as server:
+        run_dir = init(tmp_path, server, "--stratify", "kind", "--false-accept-rate", "0.01", tasks=tasks)
+        spec = json.loads((run_dir / "spec.json").read_text())
+        assert (spec["stratify"], spec["false_accept_rate"]) == ("kind", 0.01)
+        assert spec["command"].startswith("agentdescent init ") and "--stratify kind" in spec["command"]
+        run = cli("run", str(run_dir), "--rounds", "20", "--workers", "2", "--patience", "2")
+        assert run.returncode == 0, run.stderr
+        assert "finished: patience after round" in run.stdout and len(_rows(run_dir)) < 20
+        bad = cli("init", str(tmp_path / "bad"), "--tasks", str(tasks), "--model", "m", "--stratify", "colour")
+        assert bad.returncode == 2 and "--stratify colour" in bad.stderr and "'q0'" in bad.stderr
+    spec = json.loads((run_dir / "spec.json").read_text())
+    assert spec["run_command"].endswith("--patience 2") and spec["run_patience"] == 2
