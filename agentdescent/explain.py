@@ -109,77 +109,87 @@ def round_lines(record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _proposal_fix(refused: Mapping[str, int], declined: int, made: int) -> str | None:
+    """What to change when the proposals themselves are the loss (half of them or more refused or NONE)."""
+    total = sum(refused.values())
+    if total and 2 * total >= made:
+        if max(refused, key=lambda kind: refused[kind]) == "truncated":
+            return "raise --call-tokens (the per-call limit) or use a stronger proposer (init --proposer-model M)"
+        return "the model explains instead of writing a rule: use a stronger proposer (init --proposer-model M)"
+    if declined and 2 * declined >= made:
+        return ("the model saw no rule to write: a reward with feedback (what was expected) or a stronger "
+                "proposer (init --proposer-model M) gives it more to go on")
+    return None
+
+
 def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
     """The most likely reason a run committed nothing, in plain words with what to change; None if it committed.
 
-    Read in the order a proposal travels: no proposal asked for, every proposal refused
-    or declined, every candidate stopped by the self-verify gate or the budget, every
-    measured candidate below the paired test's bound, the calls failing.
+    Read in the order a proposal travels: what became of the proposals (refused by kind,
+    declined), then where the candidates stopped (no card, the self-verify gate, the
+    budget, the paired test, staleness), then what to change for the larger loss.
     """
     if not records or any(r.get("committed") for r in records):
         return None
-    n = len(records)
-    where = f"in {n} round(s)"
+    head = f"nothing committed in {len(records)} round(s)"
     failures = sum(r.get("backend_failures") or 0 for r in records)
     props = [r.get("proposals") for r in records]
     made = sum(p.get("made", 0) for p in props if p) if any(props) else None
     cards = sum(r.get("cards") or 0 for r in records)
-    counted = [p for p in props if p and "rules" in p]
     rollouts = sum(r.get("rollouts") or 0 for r in records)
-    if made == 0 and rollouts == 0 and failures:
-        return (f"nothing committed {where}: {failures} model call(s) failed and no rollout finished; check the "
-                "server, the model name and the key (`agentdescent status` shows the error)")
+    if not made and rollouts == 0 and failures:
+        return (f"{head}: {failures} model call(s) failed and no rollout finished; check the server, the model "
+                "name and the key (`agentdescent status` shows the error)")
     if made == 0:
-        return (f"nothing committed {where}: no proposal was asked for, because every one of the {rollouts} "
-                "rollout(s) scored 1 (a proposal follows a failure); the tasks may be too easy for the model, or "
-                "the reward too lenient: check it on a wrong answer")
-    if cards == 0 and counted:
+        return (f"{head}: no proposal was asked for, because every one of the {rollouts} rollout(s) scored 1 (a "
+                "proposal follows a failure); the tasks may be too easy for the model, or the reward too lenient: "
+                "check it on a wrong answer")
+    counted = [p for p in props if p and "rules" in p]
+    fixes: list[str] = []
+    if counted and made:
         rules = sum(p["rules"] for p in counted)
         declined = sum(p.get("declined", 0) for p in counted)
         refused: dict[str, int] = {}
         for p in counted:
             for kind, k in (p.get("refused") or {}).items():
                 refused[kind] = refused.get(kind, 0) + k
-        total = sum(refused.values())
-        if total and total >= declined:
-            top = max(refused, key=lambda kind: refused[kind])
-            fix = ("raise --call-tokens (the per-call limit) or use a stronger proposer (--proposer-model)"
-                   if top == "truncated" else
-                   "the model explains instead of writing a rule: use a stronger proposer (init --proposer-model M)")
-            return f"nothing committed {where}: all {made} proposal(s) were refused ({_refusals(refused)}): {fix}"
-        if declined and not rules:
-            return (f"nothing committed {where}: the model answered NONE to {declined} of {made} proposal request(s) "
-                    "(it saw no rule to write); a reward with feedback (what was expected) or a stronger proposer "
-                    "(--proposer-model) gives it more to go on")
-        return (f"nothing committed {where}: {made} proposal(s), {rules} rule(s), none became a card (each was "
-                "already in the artifact or not applicable to it)")
+        summary = f"{made} proposal(s): {rules} rule(s), {declined} NONE, {sum(refused.values())} refused"
+        if refused:
+            summary += f" ({_refusals(refused)})"
+        fix = _proposal_fix(refused, declined, made)
+        if fix:
+            fixes.append(fix)
+    else:
+        summary = f"{made} proposal(s), {cards} card(s)" if made is not None else f"{cards} card(s)"
     decisions = [d for r in records for d in (r.get("decisions") or [])]
-    if cards == 0:
-        return f"nothing committed {where}: {made} proposal(s) made, none became a card"
-    if not decisions:
-        return f"nothing committed {where}: {cards} card(s), no merge decision was reached"
     measured = [d for d in decisions if d.get("evidence")]
     gated = [d for d in decisions if str(d.get("reason", "")).startswith("self-verify gate")]
     skipped = [d for d in decisions if str(d.get("reason", "")).startswith("not evaluated")]
     stale = [d for d in decisions if d.get("outcome") == MergeOutcome.ALL_STALE.value]
-    if measured:
+    if cards == 0:
+        stage = "none became a card"
+    elif not decisions:
+        stage = f"{cards} card(s), and no merge decision was reached"
+    elif measured:
         gains = sum(d["evidence"]["gains"] for d in measured)
         losses = sum(d["evidence"]["losses"] for d in measured)
         scored = sum(d["evidence"]["scored"] for d in measured)
-        return (f"nothing committed {where}: {len(measured)} candidate(s) were measured on held-out tasks and none "
-                f"passed the paired test ({scored} task(s) scored in all: {gains} gained, {losses} lost); the rules "
-                "did not help on tasks they were not written for: read the candidates (`status --verbose`), give "
-                "the reward feedback, or try a stronger proposer" + (
-                    f"; {len(gated)} more stopped at the self-verify gate" if gated else ""))
-    if gated and len(gated) >= len(skipped):
-        return (f"nothing committed {where}: all {len(gated)} candidate(s) stopped at the self-verify gate: no "
-                "proposed rule changed the answer on the task it was written for, so the model does not follow "
-                "the rules it writes; a stronger model, or the rule where the model reads it (the skill in the "
-                "user message), may")
-    if skipped:
-        return (f"nothing committed {where}: {len(skipped)} candidate(s) were not evaluated because the budget "
-                "ran short; raise --max-tokens")
-    if stale:
-        return (f"nothing committed {where}: every card was stale by the time it was merged; fewer workers, or "
-                "the sync runtime")
-    return f"nothing committed {where}: " + _text(decisions[-1].get("reason") or "no decision committed", 300)
+        stage = (f"{len(measured)} candidate(s) measured on held-out tasks, none passed the paired test ({scored} "
+                 f"task(s) scored in all: {gains} gained, {losses} lost)")
+        if gated:
+            stage += f", {len(gated)} more stopped at the self-verify gate"
+        fixes.append("the rules did not help on tasks they were not written for: read them (`status --verbose`) "
+                     "and try a stronger proposer")
+    elif gated and len(gated) >= len(skipped):
+        stage = (f"{len(gated)} candidate(s), each stopped at the self-verify gate: no proposed rule changed the "
+                 "answer on the task it was written for")
+        fixes.append("the model does not follow the rules it writes: a stronger model may")
+    elif skipped:
+        stage = f"{len(skipped)} candidate(s) not evaluated because the budget ran short"
+        fixes.append("raise --max-tokens")
+    elif stale:
+        stage = "every card was stale by the time it was merged"
+        fixes.append("fewer workers, or the sync runtime")
+    else:
+        stage = _text(decisions[-1].get("reason") or "no decision committed", 300)
+    return f"{head}: {summary}; {stage}" + (f". What to change: {'; '.join(fixes)}" if fixes else "")

@@ -293,7 +293,7 @@ class RoundRecorder:
         delta = {k: v - self._proposal_mark.get(k, 0) for k, v in now.items()}
         self._proposal_mark = now
         out: dict[str, Any] = {"made": delta["made"], "cards": delta["cards"]}
-        if self._agent_stats is not None and delta.get("agent_proposals", 0) == delta["made"] > 0:
+        if self._agent_stats is not None and delta.get("agent_proposals", 0) == delta["made"]:
             # the agent saw these calls itself (not a copy in another process)
             refused = {k: delta[f"agent_{k}"] for k in REFUSAL_KINDS if delta.get(f"agent_{k}", 0)}
             examples = self._agent_examples() if self._agent_examples is not None else {}

@@ -39,6 +39,7 @@ if __package__ in (None, ""):
 
 from agentdescent import LLMAgent, Task, evolve
 from agentdescent.agents import REFUSAL_KINDS
+from agentdescent.explain import likely_cause, round_record
 from agentdescent.rewards import normalized_match
 from agentdescent.testing import FakeProvider
 
@@ -151,11 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{result.stop_reason}: held-out {result.initial_reward:.3f} -> {result.final_reward:.3f}; "
           f"{result.usage.calls} calls, {result.usage.total_tokens} tokens, by phase {result.usage.by_phase()}")
     print(f"proposals: {stats['proposals']} ({stats['rules']} rules, {stats['declined']} NONE; refused: {refused})")
+    for kind, reply in sorted(agent.refusal_examples().items()):
+        print(f"  a reply refused as {kind}: {reply!r}")
     if result.test:
         diff = result.test["difference"]
         print(f"test set: {result.test_initial:.3f} -> {result.test_final:.3f}, difference {diff['mean']:+.3f} "
               f"[{diff['low']:+.3f}, {diff['high']:+.3f}] on {diff['tasks']} tickets "
               f"({'told apart' if diff['separated'] else 'not told apart'})")
+    why = likely_cause([round_record(info, 0) for info in result.history])
+    if why:
+        print(f"why: {why}")
     print(f"\nEvolved skill:\n{result.rendered}")
     if result.error:
         print(f"error: {result.error}", file=sys.stderr)

@@ -44,8 +44,9 @@ def test_a_run_where_every_proposal_is_refused_says_so_and_how_to_fix_it(tmp_pat
     assert run.returncode == 0, run.stderr
     last = run.stdout.strip().splitlines()
     assert "0 commit(s)" in last[0]
-    assert last[1] == ("why: nothing committed in 3 round(s): all 6 proposal(s) were refused (6 not a rule): the "
-                       "model explains instead of writing a rule: use a stronger proposer (init --proposer-model M)")
+    assert last[1] == ("why: nothing committed in 3 round(s): 6 proposal(s): 0 rule(s), 0 NONE, 6 refused (6 not a "
+                       "rule); none became a card. What to change: the model explains instead of writing a rule: use "
+                       "a stronger proposer (init --proposer-model M)")
     assert f"agentdescent status {run_dir} --verbose" in last[2]
 
     rows = _rows(run_dir)
