@@ -220,3 +220,26 @@ def test_stratify_the_false_accept_rate_and_patience_reach_the_run(tmp_path):
         assert bad.returncode == 2 and "--stratify colour" in bad.stderr and "'q0'" in bad.stderr
     spec = json.loads((run_dir / "spec.json").read_text())
     assert spec["run_command"].endswith("--patience 2") and spec["run_patience"] == 2
+
+
+def test_the_demo_does_not_print_a_ledger_path_it_deletes(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([*_script(), "demo", "--rounds", "1", "--workers", "2"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("ledger: a temporary SQLite file, deleted at exit (--ledger FILE keeps it)")
+    kept = subprocess.run([*_script(), "demo", "--rounds", "1", "--workers", "2", "--ledger", str(tmp_path / "d.db")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert kept.stdout.startswith(f"ledger: {tmp_path / 'd.db'}") and (tmp_path / "d.db").exists()
+
+
+def test_the_docs_and_docstrings_point_only_inside_the_repository_and_name_no_future_version():
+    texts = {p: p.read_text(encoding="utf-8") for p in [*ROOT.glob("docs/*.md"), ROOT / "README.md",
+                                                        *ROOT.glob("agentdescent/**/*.py"), *ROOT.glob("bench/*.py")]}
+    for path, text in texts.items():
+        assert "../shared" not in text, path
+        assert "since 0.2" not in text and "since v0.2" not in text, path
+    table_rows = [line for line in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8").splitlines()
+                  if line.startswith("| `")]
+    assert table_rows and not any("\\|" in line for line in table_rows)  # no escaped bars shown literally
