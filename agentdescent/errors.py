@@ -17,7 +17,10 @@ The tree::
     │   └── ProposalContractError (TypeError)  a proposal neither str nor None
     ├── GovernanceError (ValueError)           a governance rule (a frozen L0 artifact)
     ├── LedgerError                            the ledger cannot do what was asked
-    │   └── CASConflict                        a compare-and-swap commit lost
+    │   ├── CASConflict                        a compare-and-swap commit lost
+    │   ├── LedgerCorrupted                    the file was damaged outside agentdescent
+    │   │   └── RunStateDamaged                a run's saved progress is damaged: no resume
+    │   └── LedgerTooNew                       the file was written by a newer agentdescent
     ├── ProviderError                          a model provider failed (``retryable`` says if
     │   │                                      a later call can help)
     │   ├── ProviderAuthError                  401/403, or no key
@@ -50,7 +53,9 @@ __all__ = [
     "GovernanceError",
     "InvalidArgument",
     "InvalidArgumentType",
+    "LedgerCorrupted",
     "LedgerError",
+    "LedgerTooNew",
     "ProposalContractError",
     "ProviderAuthError",
     "ProviderBadRequestError",
@@ -64,6 +69,7 @@ __all__ = [
     "RewardContractError",
     "RunError",
     "RunFailed",
+    "RunStateDamaged",
     "RunTimeout",
     "UsageError",
 ]
@@ -141,6 +147,69 @@ class CASConflict(LedgerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.artifact_id, self.base_version, self.head_version))
+
+
+class LedgerCorrupted(LedgerError):
+    """A ledger file was damaged outside agentdescent: a version, the head or the file itself.
+
+    Raised when a file is opened (a missing or altered version, a head that is not the
+    last version, a 0-byte or truncated file) and when a damaged row is read or built
+    on later. The file is left as it was. The message names the file, each artifact and
+    version, what is missing or altered, and how to salvage what is intact.
+
+    Attributes:
+        path: the ledger file, when there is one.
+        problems: one line per problem found (artifact, version, what is wrong).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, problems: tuple[str, ...] = ()) -> None:
+        self.path = path
+        self.problems = tuple(problems)
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_corrupted, (type(self), str(self), self.path, self.problems))
+
+
+def _rebuild_corrupted(cls: type[LedgerCorrupted], message: str, path: str | None,
+                       problems: tuple[str, ...]) -> LedgerCorrupted:
+    return cls(message, path=path, problems=problems)
+
+
+class RunStateDamaged(LedgerCorrupted):
+    """A run's saved progress is damaged (a saved round is missing, or rounds are there
+    without the state they belong to), so the run cannot resume as is.
+
+    The artifact's versions are not affected. The message says what is missing and the
+    ways on: start over with ``resume=False`` (on the same head) or use a new ledger.
+    """
+
+
+class LedgerTooNew(LedgerError):
+    """The ledger file was written by a newer agentdescent (a newer schema than this one reads).
+
+    Nothing was changed in the file. Upgrade agentdescent to open it.
+
+    Attributes:
+        path: the ledger file.
+        found: the schema version the file holds.
+        supported: the newest schema version this agentdescent reads.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, found: int | None = None,
+                 supported: int | None = None) -> None:
+        self.path = path
+        self.found = found
+        self.supported = supported
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_too_new, (type(self), str(self), self.path, self.found, self.supported))
+
+
+def _rebuild_too_new(cls: type[LedgerTooNew], message: str, path: str | None, found: int | None,
+                     supported: int | None) -> LedgerTooNew:
+    return cls(message, path=path, found=found, supported=supported)
 
 
 # --------------------------------------------------------------------------- providers

@@ -5,7 +5,9 @@ one JSON object per run, keyed by the artifact id, and the rounds stored apart s
 writes only what is new), `ProgressStore` (saving it after every round, and loading it
 when a run opens), `capture`/`restore` (what of a run's parts goes in and comes back),
 and `read_progress`: the one public reader of saved progress, which the command line uses
-instead of reaching into the format.
+instead of reaching into the format. It refuses progress it cannot resume from as is
+(`RunStateDamaged`): the rounds must be exactly 1..N, N as the state recorded it
+(``round_count``), so a lost round row is never reused by the next round.
 
 What is saved: every `agentdescent.result.RoundInfo`, the run meter, the first and last
 held-out rewards, the stop rules' best and patience count, the task walk, the governor's
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import LedgerError
+from .errors import LedgerError, RunStateDamaged
 from .ledger import Ledger
 from .result import RoundInfo
 from .testset import Evaluation
@@ -75,17 +77,70 @@ def _parse(saved: Mapping[str, Any], run_id: str) -> SavedProgress:
             state=dict(saved),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise LedgerError(
+        raise RunStateDamaged(
             f"the saved progress of run {run_id!r} is damaged ({type(exc).__name__}: {exc}); "
-            "start the run over with resume=False, or restore the ledger from a backup"
+            "start the run over with resume=False, or restore the ledger from a backup",
+            problems=(f"run {run_id!r}: {type(exc).__name__}: {exc}",),
         ) from None
+
+
+def _spans(numbers: list[int]) -> str:
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and spans[-1][1] + 1 == n:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans) or "none"
+
+
+def _check_rounds(saved: Mapping[str, Any], run_id: str, path: str | None) -> None:
+    """Refuse saved progress whose rounds are not exactly 1..N (N as the state recorded it).
+
+    A round row lost from the ledger would otherwise let the next round take its number
+    and overwrite another round's record, and the counters would not add up.
+    """
+    history = saved.get("history")
+    if not isinstance(history, list):
+        return  # _parse reports it
+    indices = [h.get("index") if isinstance(h, Mapping) else None for h in history]
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in indices):
+        return  # _parse reports it
+    recorded = saved.get("round_count")
+    count = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else max(indices, default=0)
+    if indices == list(range(1, count + 1)):
+        return
+    missing = sorted(set(range(1, count + 1)) - set(indices))
+    said = f"the state records {count}" if recorded is not None else f"the last is round {count}"
+    what = []
+    if missing:
+        what.append(f"round(s) {_spans(missing)} missing (stored: {_spans(indices)}; {said})")
+    extra = sorted(i for i in indices if not 1 <= i <= count)
+    if extra:
+        what.append(f"round(s) {_spans(extra)} stored beyond the {count} the state records")
+    if len(set(indices)) < len(indices):
+        what.append("a round is stored twice")
+    where = f"ledger file {path!r}: " if path is not None else ""
+    raise RunStateDamaged(
+        f"{where}the saved progress of run {run_id!r} is damaged: {'; '.join(what)}. The run cannot "
+        "resume as is: its next round would take the number of a missing one and overwrite "
+        "another round's record, and its counters would not add up. The artifact's versions "
+        "are intact: start over with resume=False (a new run on the same head, its counters "
+        "from zero; it saves no progress of its own), or use a new ledger, or restore the "
+        "ledger from a backup",
+        path=path,
+        problems=tuple(f"run {run_id!r}: {w}" for w in what),
+    )
 
 
 def read_progress(ledger: Ledger, run_id: str) -> SavedProgress | None:
     """The progress a run saved in ``ledger`` (its id is the artifact id), or None if none.
 
     Raises:
-        LedgerError: the saved progress is damaged or of an unknown format.
+        RunStateDamaged: the saved progress is damaged: a saved round is missing (a gap in
+            the round numbers, or fewer rounds than the state recorded), or the ledger
+            found rounds without their state.
+        LedgerError: the saved progress is of an unknown format.
     """
     saved = ledger.load_run_state(run_id)
     if saved is None:
@@ -95,6 +150,8 @@ def read_progress(ledger: Ledger, run_id: str) -> SavedProgress | None:
             f"the saved progress of run {run_id!r} has format {saved.get('format')!r}, not "
             f"{RUN_STATE_FORMAT!r}: it was written by another version; start over with resume=False"
         )
+    path = getattr(ledger, "path", None)
+    _check_rounds(saved, run_id, str(path) if path is not None else None)
     return _parse(saved, run_id)
 
 
@@ -128,7 +185,9 @@ class ProgressStore:
         if not self.enabled:
             return
         new_rounds = [h.to_json() for h in history[max(0, self._rounds_saved - 1):]]
-        self.ledger.save_run_state(self.run_id, {"format": RUN_STATE_FORMAT, **state}, new_rounds)
+        # round_count lets a load tell a lost last round from a run that did not get further.
+        self.ledger.save_run_state(self.run_id, {"format": RUN_STATE_FORMAT, **state,
+                                                 "round_count": len(history)}, new_rounds)
         self._rounds_saved = len(history)
 
 

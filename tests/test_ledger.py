@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from agentdescent.errors import LedgerError
+from agentdescent.errors import LedgerCorrupted, LedgerError
 from agentdescent.ledger import (
     SCHEMA,
     CASConflict,
@@ -36,6 +36,7 @@ from agentdescent.ledger import (
     MemoryLedger,
     SqliteLedger,
 )
+from agentdescent.ledger.integrity import version_digest
 from agentdescent.testing import LedgerConformance
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -346,9 +347,17 @@ def test_path_like_and_missing_parent_folders(tmp_path):
     assert "closed" in repr(led)
 
 
-def test_an_empty_file_becomes_a_ledger(tmp_path):
+def test_an_empty_file_is_refused_but_a_database_without_tables_becomes_a_ledger(tmp_path):
     path = tmp_path / "empty.sqlite"
     path.touch()
+    with pytest.raises(LedgerCorrupted, match="empty \\(0 bytes\\)"):
+        SqliteLedger(path)
+    assert path.read_bytes() == b""  # left as it was
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA user_version = 0")
+    raw.execute("VACUUM")  # a valid SQLite file with no tables
+    raw.close()
+    assert path.stat().st_size > 0
     with SqliteLedger(path) as led:
         led.register("a", {"k": "v"}, 0.2)
     with SqliteLedger(path) as led:
@@ -456,6 +465,33 @@ def _ledger_with(path: Path, heads: dict[str, int]) -> None:
                 led.commit(aid, {"n": str(base + 1)}, base)
 
 
+def _chained_rows(path: Path, artifact_id: str, last: int) -> list[tuple[str, tuple]]:
+    """Statements appending versions up to ``last`` (state n=version) with a sound chain and head
+    pointer, as commits would write them: a long history without a commit per version."""
+    raw = sqlite3.connect(path)
+    try:
+        head, parent = raw.execute(
+            "SELECT head_version, head_digest FROM artifacts WHERE artifact_id = ?", (artifact_id,)
+        ).fetchone()
+    finally:
+        raw.close()
+    statements = []
+    for version in range(head + 1, last + 1):
+        state = json.dumps({"n": str(version)})
+        digest = version_digest(artifact_id, version, parent, state, "{}")
+        statements.append((
+            "INSERT INTO versions (artifact_id, version, state_json, meta_json, created_at,"
+            " parent_digest, digest) VALUES (?, ?, ?, '{}', 0.0, ?, ?)",
+            (artifact_id, version, state, parent, digest),
+        ))
+        parent = digest
+    statements.append((
+        "UPDATE artifacts SET head_version = ?, head_digest = ? WHERE artifact_id = ?",
+        (last, parent, artifact_id),
+    ))
+    return statements
+
+
 def _refused(path: Path) -> str:
     """Open ``path``, expect the history check to refuse it, return the message."""
     with pytest.raises(LedgerError) as info:
@@ -542,8 +578,7 @@ def test_a_long_history_is_checked_in_full_and_problems_are_capped(tmp_path):
     path = tmp_path / "long.sqlite"
     _ledger_with(path, {"a": 1})
     n = 10_000
-    rows = [("a", v, json.dumps({"n": str(v)}), "{}", 0.0) for v in range(2, n + 1)]
-    _damage(path, *[("INSERT INTO versions VALUES (?, ?, ?, ?, ?)", row) for row in rows])
+    _damage(path, *_chained_rows(path, "a", n))
     with SqliteLedger(path) as led:
         assert led.head("a") == (n, {"n": str(n)})
 

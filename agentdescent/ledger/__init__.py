@@ -3,14 +3,15 @@
 `Ledger` (the contract: version numbering, compare-and-swap commits, and the optional
 run-state pair a run resumes from) is in `agentdescent.ledger.base`; `MemoryLedger` (for
 tests and throwaway runs) in `agentdescent.ledger.memory`; `SqliteLedger` (the embedded
-default for persisted runs) in `agentdescent.ledger.sqlite`. `CASConflict` is importable
-from here too (SPEC §3).
+default for persisted runs) in `agentdescent.ledger.sqlite`, with the digest chain and the
+open-time check that make damage to its file visible in `agentdescent.ledger.integrity`.
+`CASConflict` is importable from here too (SPEC §3).
 """
 
 from __future__ import annotations
 
-from .base import SCHEMA, CASConflict, Ledger, LedgerEntry
+from .base import SCHEMA, SCHEMA_VERSION, CASConflict, Ledger, LedgerEntry
 from .memory import MemoryLedger
 from .sqlite import SqliteLedger
 
-__all__ = ["SCHEMA", "CASConflict", "Ledger", "LedgerEntry", "MemoryLedger", "SqliteLedger"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "CASConflict", "Ledger", "LedgerEntry", "MemoryLedger", "SqliteLedger"]

@@ -20,15 +20,19 @@ from typing import Any, ClassVar
 from ..errors import CASConflict, InvalidArgument, InvalidArgumentType, LedgerError
 from ..seams import Seam
 
-__all__ = ["SCHEMA", "CASConflict", "Ledger", "LedgerEntry"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "CASConflict", "Ledger", "LedgerEntry"]
 
 logger = logging.getLogger("agentdescent.ledger")
 
-logger = logging.getLogger("agentdescent.ledger")
+#: The schema version this agentdescent writes, and the newest it reads. Version 2 added
+#: the hash chain over versions and the per-artifact head pointer; a version 1 file is
+#: upgraded in place on first open, a newer one is refused (`LedgerTooNew`).
+SCHEMA_VERSION = 2
 
-#: The value of the ``schema`` row in the ``meta`` table of a ledger file. A file
-#: holding another value was written by something else and is refused, never migrated.
-SCHEMA = "agentdescent-ledger/1"
+#: The value of the ``schema`` row in the ``meta`` table of a ledger file (the same
+#: number is in SQLite's ``user_version``). A file holding any other marker was written by
+#: something else and is refused, never migrated.
+SCHEMA = f"agentdescent-ledger/{SCHEMA_VERSION}"
 
 _MAX_LISTED_IDS = 10
 _MAX_LISTED_PROBLEMS = 20
@@ -162,6 +166,14 @@ def _check_artifact_id(artifact_id: object) -> str:
             f"artifact_id={artifact_id!r}: an artifact id must be a non-empty str "
             "(for example 'artifact' or 'skill:router')"
         )
+    try:
+        artifact_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            f"artifact_id={artifact_id!r}: holds a lone surrogate, which no file or database "
+            "can store; use an id that encodes as UTF-8 (agentdescent.types.sanitize_text "
+            "cleans one)"
+        ) from None
     return artifact_id
 
 
@@ -228,11 +240,19 @@ def _meta_json(artifact_id: str, meta: object) -> str:
             f"such as {{'diff_id': ..., 'author': ...}}), got {type(meta).__name__}"
         )
     try:
-        return json.dumps(dict(meta), sort_keys=True)
-    except (TypeError, ValueError) as exc:
+        # Strict JSON: NaN and the infinities are not JSON numbers, and a file holding
+        # them cannot be read by other JSON tools.
+        return json.dumps(dict(meta), sort_keys=True, allow_nan=False)
+    except TypeError as exc:
         raise InvalidArgumentType(
             f"meta for artifact {artifact_id!r} is not JSON-serialisable ({exc}); keep it to "
             "str keys and str/number/bool/None/list/dict values"
+        ) from exc
+    except ValueError as exc:
+        raise InvalidArgument(
+            f"meta for artifact {artifact_id!r} cannot be stored as strict JSON ({exc}): it "
+            "holds NaN or an infinity (or refers to itself); store None or a string such as "
+            "'nan' instead of a non-finite number"
         ) from exc
 
 

@@ -2,10 +2,11 @@
 
 This module owns the on-disk format of a persisted run: artifact versions (a version row,
 once written, is never rewritten: ``commit`` appends ``base_version + 1`` only if the head
-is still ``base_version``, so two writers can never both win the same version), and a
-run's saved progress beside them. It must not read the clock for anything but audit
-timestamps, or serialise anything with ``pickle``: the file holds JSON text only,
-written through parameterised SQL.
+is still ``base_version``, so two writers can never both win the same version), each
+artifact's head pointer and the digest chain over its versions (`agentdescent.ledger.integrity`),
+the upgrade of a file of an older schema, and a run's saved progress beside them. It must
+not read the clock for anything but audit timestamps, or serialise anything with
+``pickle``: the file holds JSON text only, written through parameterised SQL.
 """
 
 from __future__ import annotations
@@ -13,19 +14,27 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from ..errors import CASConflict, InvalidArgument, InvalidArgumentType, LedgerError
+from ..errors import (
+    CASConflict,
+    InvalidArgument,
+    InvalidArgumentType,
+    LedgerError,
+    LedgerTooNew,
+    RunStateDamaged,
+)
 from ..validation import check_seconds
 from .base import (
-    _MAX_LISTED_PROBLEMS,
     SCHEMA,
+    SCHEMA_VERSION,
     Ledger,
     LedgerEntry,
     _check_artifact_id,
@@ -38,24 +47,42 @@ from .base import (
     _unknown,
     _warn_blast_radius_mismatch,
 )
+from .integrity import (
+    ROOT_DIGEST,
+    HistoryCheck,
+    Pointer,
+    chain,
+    damaged_file_error,
+    empty_file_error,
+    head_problem,
+    history_error,
+    row_error,
+    version_digest,
+)
 
 __all__ = ["SqliteLedger"]
 
 logger = logging.getLogger("agentdescent.ledger")
 
 
+# Schema 2. The head pointer and the digests carry defaults only so that a schema-1 file
+# upgraded with ALTER TABLE has exactly the shape of a new one; every write sets them.
 _CREATE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS artifacts ("
     " artifact_id TEXT PRIMARY KEY,"
     " blast_radius REAL NOT NULL,"
-    " created_at REAL NOT NULL)",
+    " created_at REAL NOT NULL,"
+    " head_version INTEGER NOT NULL DEFAULT 0,"
+    " head_digest TEXT NOT NULL DEFAULT '')",
     "CREATE TABLE IF NOT EXISTS versions ("
     " artifact_id TEXT NOT NULL REFERENCES artifacts(artifact_id),"
     " version INTEGER NOT NULL,"
     " state_json TEXT NOT NULL,"
     " meta_json TEXT NOT NULL,"
     " created_at REAL NOT NULL,"
+    " parent_digest TEXT NOT NULL DEFAULT '',"
+    " digest TEXT NOT NULL DEFAULT '',"
     " PRIMARY KEY (artifact_id, version))",
     "CREATE TABLE IF NOT EXISTS run_state ("
     " run_id TEXT PRIMARY KEY,"
@@ -66,6 +93,23 @@ _CREATE_SCHEMA = (
     " idx INTEGER NOT NULL,"
     " round_json TEXT NOT NULL,"
     " PRIMARY KEY (run_id, idx))",
+)
+
+# Schema 1 -> 2: the head pointer and the chain's columns (filled in by _upgrade).
+_UPGRADE_FROM_1 = (
+    "ALTER TABLE artifacts ADD COLUMN head_version INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE artifacts ADD COLUMN head_digest TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE versions ADD COLUMN parent_digest TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE versions ADD COLUMN digest TEXT NOT NULL DEFAULT ''",
+)
+
+_MARKER = re.compile(r"agentdescent-ledger/(\d+)")
+
+# The head row, read through the artifact's head pointer, in one SELECT.
+_HEAD_SQL = (
+    "SELECT a.head_version, a.head_digest, v.version, v.parent_digest, v.state_json,"
+    " v.meta_json, v.digest FROM artifacts a LEFT JOIN versions v"
+    " ON v.artifact_id = a.artifact_id AND v.version = a.head_version WHERE a.artifact_id = ?"
 )
 
 
@@ -85,28 +129,42 @@ class SqliteLedger(Ledger):
     the file lock instead of failing. An object inherited through ``fork()`` opens
     fresh connections in the child rather than sharing the parent's.
 
-    Opening an existing file checks its whole history before anything else touches it:
-    every artifact's versions run from 1 to its head without a gap, and every stored
-    state (and audit record) parses. A file damaged outside agentdescent, say a deleted
-    row or a hand-edited state, is refused at once, naming the artifact and the
-    version, instead of failing mid-run when a resumed run first reads that version.
-    The check is read-only and reads each table once (one pass over the rows), so a
-    long history still opens quickly.
+    The file knows its own history. Each artifact has a head pointer (its head version
+    and that version's digest, written in the commit's transaction), and each version
+    row stores its parent's digest and a digest of itself (`agentdescent.ledger.integrity`),
+    so a version row that is deleted (the head included), edited or re-inserted breaks
+    the chain. Opening an existing file checks its whole history before anything else
+    touches it: every artifact's versions run from 1 to its head pointer without a gap,
+    every row matches its digest and its parent's, and every stored state (and audit
+    record) parses. A damaged file is refused at once with `LedgerCorrupted`, naming the
+    artifact and the version, instead of a resumed run writing a new version over a lost
+    one. The check is read-only and reads each table once (one pass; about 1.3 s per 100,000
+    versions of 2 kB). A commit checks its head again, in O(1), before it builds on it.
+
+    A file of schema 1 (before the chain) is upgraded in place on first open, in one
+    transaction, after it passes the checks schema 1 allows; a file of a newer schema is
+    refused with `LedgerTooNew`.
 
     Args:
-        path: the ledger file (``str`` or ``os.PathLike``). A missing file, or an empty
-            one, becomes a new ledger; missing parent folders are created.
+        path: the ledger file (``str`` or ``os.PathLike``). A path that does not exist
+            becomes a new ledger (created complete, under a temporary name, then linked
+            into place, so no other process ever sees half a ledger); missing parent
+            folders are created. An existing file that is empty (0 bytes) or truncated is
+            refused, never taken for a new ledger.
         timeout: seconds a statement waits for another writer's lock before failing
             with `LedgerError`.
         check_history: check the history of an existing file on open (the default).
             ``False`` skips the check, to salvage the intact artifacts of a damaged
-            file; reading a damaged version still raises `LedgerError`. Do not resume a
-            run on a file that fails the check.
+            file; reading a damaged version, or committing on a damaged head, still
+            raises `LedgerCorrupted`. Do not resume a run on a file that fails the check.
 
     Raises:
+        LedgerCorrupted: the file is empty, truncated or malformed, or fails the history
+            check (the message lists each missing or altered version; the file is left
+            unchanged).
+        LedgerTooNew: the file was written by a newer agentdescent.
         LedgerError: ``path`` is not a SQLite database, is another application's
-            database, cannot be opened, or fails the history check (the message lists
-            each missing or unreadable version; the file is left unchanged).
+            database, or cannot be opened.
         ContractError: ``path`` is ``":memory:"`` or ``timeout`` is not positive.
 
     Examples:
@@ -197,11 +255,16 @@ class SqliteLedger(Ledger):
             conn.close()
 
     def _fail(self, what: str, exc: BaseException) -> LedgerError:
-        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+        text = str(exc)
+        if isinstance(exc, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text):
+            damaged = damaged_file_error(str(self._path), what, exc)
+            if damaged is not None:
+                return damaged
+        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in text:
             return LedgerError(
                 f"ledger file {str(self._path)!r} is not a SQLite database ({exc}); expected an "
-                f"agentdescent ledger ({SCHEMA}) or an empty/new file; point the ledger at "
-                "another path"
+                f"agentdescent ledger ({SCHEMA}) or a path that does not exist yet; point the "
+                "ledger at another path"
             )
         if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
             return LedgerError(
@@ -285,16 +348,21 @@ class SqliteLedger(Ledger):
                 raise
             conn.execute("COMMIT")
 
+    # ----------------------------------------------------------------- opening
+
     def _init_schema(self) -> None:
+        if not os.path.lexists(self._path):
+            self._create_new()
+        self._check_not_empty()
         conn = self._conn()
-        # Look before touching anything: another application's database must not
-        # be switched to WAL or given our tables.
+        # Look before touching anything: another application's database (or a newer
+        # ledger) must not be switched to WAL, given our tables or upgraded.
         with self._translate("reading the file"):
-            ours = self._check_tables(conn)
-        if ours and self._check_history_on_open:
+            schema = self._schema_of(conn)
+        if schema is not None and self._check_history_on_open:
             # Before the WAL switch below, so a refused file is left exactly as it was.
             with self._translate("checking the ledger history"):
-                self._check_history(conn)
+                self._check_history(conn, chained=schema >= 2)
         with self._translate("switching to WAL journaling"):
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
@@ -304,19 +372,69 @@ class SqliteLedger(Ledger):
                 self._path,
                 mode,
             )
-        if ours:
+        if schema == SCHEMA_VERSION:
             return
-        with self._write("creating the ledger tables") as conn:
-            # Another process may have created the ledger since we looked.
-            if self._check_tables(conn):
-                return
-            for statement in _CREATE_SCHEMA:
-                conn.execute(statement)
-            conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", ("schema", SCHEMA))
-        logger.info("created ledger %s (%s)", self._path, SCHEMA)
+        if schema is None:
+            # A SQLite database with no tables at all (made by hand): it becomes a ledger.
+            with self._write("creating the ledger tables") as conn:
+                if self._schema_of(conn) is None:  # another process may have done it since
+                    self._create_tables(conn)
+                    logger.info("created ledger %s (%s)", self._path, SCHEMA)
+            return
+        self._upgrade()
 
-    def _check_tables(self, conn: sqlite3.Connection) -> bool:
-        """Return True for a ledger file, False for an empty one; raise for anything else."""
+    @staticmethod
+    def _create_tables(conn: sqlite3.Connection) -> None:
+        for statement in _CREATE_SCHEMA:
+            conn.execute(statement)
+        conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", ("schema", SCHEMA))
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _create_new(self) -> None:
+        """Make a new ledger at the path: built whole under a temporary name, then linked in.
+
+        Another process never sees a half-made ledger (an empty file is refused as damage),
+        and of two processes creating the same path at once, one file wins, whole.
+        """
+        temp = self._path.with_name(f".{self._path.name}.{os.getpid()}.{threading.get_ident()}.new")
+        try:
+            with self._translate("creating a new ledger"):
+                raw = sqlite3.connect(str(temp), isolation_level=None)
+                try:
+                    raw.execute("BEGIN IMMEDIATE")
+                    self._create_tables(raw)
+                    raw.execute("COMMIT")
+                finally:
+                    raw.close()
+            try:
+                os.link(temp, self._path)
+            except FileExistsError:
+                return  # another process created it first: open theirs
+            except OSError:
+                # No hard links on this filesystem: a rename, which can only lose a race
+                # with another creator in the instant between the check and the move.
+                if not os.path.lexists(self._path):
+                    os.replace(temp, self._path)
+            logger.info("created ledger %s (%s)", self._path, SCHEMA)
+        except OSError as exc:
+            raise LedgerError(
+                f"ledger file {str(self._path)!r}: cannot create it ({exc}); pick a writable path"
+            ) from exc
+        finally:
+            for leftover in (temp, temp.with_name(temp.name + "-journal")):
+                with suppress(OSError):
+                    leftover.unlink()
+
+    def _check_not_empty(self) -> None:
+        try:
+            size = os.path.getsize(self._path)
+        except OSError:
+            return  # not a file, or gone: SQLite says so when it opens it
+        if size == 0:
+            raise empty_file_error(str(self._path))
+
+    def _schema_of(self, conn: sqlite3.Connection) -> int | None:
+        """The file's schema version, None for a database without tables; raise for anything else."""
         tables = {
             row[0]
             for row in conn.execute(
@@ -324,7 +442,7 @@ class SqliteLedger(Ledger):
             )
         }
         if not tables:
-            return False
+            return None
         marker = None
         if "meta" in tables:
             try:
@@ -332,116 +450,86 @@ class SqliteLedger(Ledger):
             except sqlite3.OperationalError:
                 row = None  # a 'meta' table of another shape: not ours
             marker = row[0] if row else None
-        if marker != SCHEMA or not {"artifacts", "versions"} <= tables:
-            found = f"schema marker {marker!r}" if marker else "no agentdescent schema marker"
-            raise LedgerError(
-                f"ledger file {str(self._path)!r} is a SQLite database but not an agentdescent "
-                f"ledger: expected schema {SCHEMA!r}, found {found} with tables {sorted(tables)}; "
-                "point the ledger at a new or empty file"
-            )
-        return True
+        match = _MARKER.fullmatch(marker) if isinstance(marker, str) else None
+        stamped = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if match is not None and {"artifacts", "versions"} <= tables:
+            found = max(int(match.group(1)), stamped)
+            if found > SCHEMA_VERSION:
+                raise LedgerTooNew(
+                    f"ledger file {str(self._path)!r} was written by a newer agentdescent (schema "
+                    f"{found}, this one reads up to {SCHEMA_VERSION}; its marker is {marker!r}); "
+                    "upgrade agentdescent (pip install --upgrade agentdescent) to open it. The file "
+                    "was not changed",
+                    path=str(self._path), found=found, supported=SCHEMA_VERSION,
+                )
+            if found >= 1:
+                return found
+        described = f"schema marker {marker!r}" if marker else "no agentdescent schema marker"
+        raise LedgerError(
+            f"ledger file {str(self._path)!r} is a SQLite database but not an agentdescent "
+            f"ledger: expected schema {SCHEMA!r}, found {described} with tables {sorted(tables)}; "
+            "point the ledger at a new or empty file"
+        )
 
-    def _check_history(self, conn: sqlite3.Connection) -> None:
-        """Raise `LedgerError` listing every gap and unreadable row; read-only.
+    def _check_history(self, conn: sqlite3.Connection, *, chained: bool) -> None:
+        """Raise `LedgerCorrupted` listing every gap, broken link and unreadable row; read-only.
 
         One read transaction, so a writer in another handle or process cannot make a
-        sound file look torn between the two queries; one pass over each table, with
-        the versions streamed in primary-key order so gaps show up as breaks between
-        runs of consecutive versions (memory grows with the gaps, not the history).
+        sound file look torn between the queries; one pass over each table, with the
+        versions streamed in primary-key order (`HistoryCheck` keeps one row per artifact).
         """
-        # artifact id -> runs of consecutive stored versions, [[first, last], ...]
-        runs: dict[str, list[list[int]]] = {}
-        # artifact id -> problems of single rows, in version order
-        row_problems: dict[str, list[str]] = {}
-        rows_seen = 0
+        pointer = "head_version, head_digest" if chained else "NULL, NULL"
+        digests = "parent_digest, digest" if chained else "NULL, NULL"
         conn.execute("BEGIN")
         try:
-            registered = {row[0] for row in conn.execute("SELECT artifact_id FROM artifacts")}
-            cursor = conn.execute(
-                "SELECT artifact_id, version, state_json, meta_json FROM versions"
-                " ORDER BY artifact_id, version"
+            check = HistoryCheck(
+                {aid: Pointer(radius, head, head_digest) for aid, radius, head, head_digest in conn.execute(
+                    f"SELECT artifact_id, blast_radius, {pointer} FROM artifacts")},
+                chained=chained,
             )
-            for artifact_id, version, state_json, meta_json in cursor:
-                rows_seen += 1
-                found = row_problems.setdefault(artifact_id, [])
-                if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-                    found.append(f"a row has version {version!r}; versions are integers from 1")
-                    continue
-                spans = runs.setdefault(artifact_id, [])
-                if spans and spans[-1][1] + 1 == version:
-                    spans[-1][1] = version
-                else:
-                    spans.append([version, version])
-                try:
-                    _parse_state(state_json)
-                except (TypeError, ValueError) as exc:
-                    found.append(
-                        f"version {version} holds unreadable state ({exc}); expected a JSON "
-                        "object of str -> str"
-                    )
-                try:
-                    _parse_meta(meta_json)
-                except (TypeError, ValueError) as exc:
-                    found.append(
-                        f"version {version} holds an unreadable audit record ({exc}); "
-                        "expected a JSON object"
-                    )
+            for row in conn.execute(
+                f"SELECT artifact_id, version, state_json, meta_json, {digests} FROM versions"
+                " ORDER BY artifact_id, version"
+            ):
+                check.row(*row)
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")  # a read transaction: nothing to keep
-
-        problems: list[str] = []
-        for artifact_id in sorted(registered | set(row_problems), key=str):
-            # Structural problems first: they explain the row problems, not the reverse.
-            found = []
-            spans = runs.get(artifact_id, [])
-            stored = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-            if artifact_id not in registered:
-                what = f"versions {stored} are" if spans else "rows are"
-                found.append(
-                    f"{what} stored but the artifact is not registered (its row in the "
-                    "artifacts table is missing)"
-                )
-            elif not spans:
-                found.append("no version is stored (version 1 is missing)")
-            if spans and spans != [[1, spans[-1][1]]]:
-                gaps, count, previous = [], 0, 0
-                for first, last in spans:
-                    if first > previous + 1:
-                        lo, hi = previous + 1, first - 1
-                        gaps.append(str(lo) if lo == hi else f"{lo}-{hi}")
-                        count += hi - lo + 1
-                    previous = last
-                many = "versions" if count > 1 else "version"
-                found.append(
-                    f"{many} {', '.join(gaps)} missing from its history (stored: {stored}; "
-                    f"every version from 1 to the head {spans[-1][1]} must exist)"
-                )
-            found += row_problems.get(artifact_id, [])
-            problems += [f"artifact {artifact_id!r}: {problem}" for problem in found]
+        problems = check.problems()
         if problems:
-            raise self._history_error(problems)
-        logger.debug(
-            "ledger %s: history checked, %d versions of %d artifacts",
-            self._path,
-            rows_seen,
-            len(runs),
-        )
+            raise history_error(str(self._path), problems)
+        logger.debug("ledger %s: history checked, %d versions of %d artifacts", self._path,
+                     check.rows_seen, len(check.registered))
 
-    def _history_error(self, problems: list[str]) -> LedgerError:
-        path = str(self._path)
-        shown = problems[:_MAX_LISTED_PROBLEMS]
-        lines = "".join(f"\n  - {p}" for p in shown)
-        if len(problems) > len(shown):
-            lines += f"\n  - ... ({len(problems) - len(shown)} more)"
-        count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
-        return LedgerError(
-            f"ledger file {path!r} failed its history check on open ({count}):{lines}\n"
-            "The file was edited or damaged outside agentdescent; the ledger was not "
-            "modified. Restore the file from a backup, or open a new path to start a fresh "
-            f"run. To read the intact artifacts, open SqliteLedger({path!r}, "
-            "check_history=False); do not resume a run on it."
-        )
+    def _upgrade(self) -> None:
+        """Schema 1 -> 2 in one transaction: the chain over every stored row, the head pointers, the marker."""
+        started = time.perf_counter()
+        rows = 0
+        with self._write("upgrading the ledger to schema 2") as conn:
+            if self._schema_of(conn) == SCHEMA_VERSION:
+                return  # another process upgraded it since we looked
+            for statement in (*_UPGRADE_FROM_1, *_CREATE_SCHEMA):
+                conn.execute(statement)
+            ids = [row[0] for row in conn.execute(
+                "SELECT artifact_id FROM artifacts UNION SELECT artifact_id FROM versions")]
+            for artifact_id in ids:
+                # Streamed: only the digests are kept, never the states (the cursor is read to
+                # its end before the updates run).
+                updates, (head, head_digest) = chain(artifact_id, conn.execute(
+                    "SELECT version, state_json, meta_json FROM versions WHERE artifact_id = ?"
+                    " ORDER BY version", (artifact_id,)))
+                conn.executemany(
+                    "UPDATE versions SET parent_digest = ?, digest = ? WHERE artifact_id = ? AND version = ?",
+                    updates,
+                )
+                rows += len(updates)
+                if updates:
+                    conn.execute("UPDATE artifacts SET head_version = ?, head_digest = ? WHERE artifact_id = ?",
+                                 (head, head_digest, artifact_id))
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA,))
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        logger.info("ledger %s upgraded from schema 1 to %d: %d versions chained in %.2f s",
+                    self._path, SCHEMA_VERSION, rows, time.perf_counter() - started)
 
     def _known_ids(self, conn: sqlite3.Connection) -> list[str]:
         return [row[0] for row in conn.execute("SELECT artifact_id FROM artifacts")]
@@ -450,21 +538,36 @@ class SqliteLedger(Ledger):
         try:
             return _parse_state(text)
         except (TypeError, ValueError) as exc:
-            raise LedgerError(
-                f"ledger file {str(self._path)!r}: version {version} of artifact {artifact_id!r} "
-                f"holds corrupt state ({exc}); expected a JSON object of str -> str. The file "
-                "was edited or damaged outside agentdescent; restore it from a backup"
+            raise row_error(
+                str(self._path), artifact_id,
+                f"version {version} holds corrupt state ({exc}); expected a JSON object of str -> str",
             ) from exc
 
     def _load_meta(self, artifact_id: str, version: int, text: str) -> dict[str, Any]:
         try:
             return _parse_meta(text)
         except (TypeError, ValueError) as exc:
-            raise LedgerError(
-                f"ledger file {str(self._path)!r}: version {version} of artifact {artifact_id!r} "
-                f"holds a corrupt audit record ({exc}); expected a JSON object. The file was "
-                "edited or damaged outside agentdescent; restore it from a backup"
+            raise row_error(
+                str(self._path), artifact_id,
+                f"version {version} holds a corrupt audit record ({exc}); expected a JSON object",
             ) from exc
+
+    def _head_row(self, conn: sqlite3.Connection, artifact_id: str, *, verify: bool) -> tuple[int, Any, Any]:
+        """``(head version, head digest, state_json)`` through the head pointer; raise if it is damaged.
+
+        ``verify`` recomputes the head row's digest (a commit, which builds on it); without
+        it only the pointer and the row's presence are checked (a read: O(1) either way).
+        """
+        row = conn.execute(_HEAD_SQL, (artifact_id,)).fetchone()
+        if row is None:
+            raise _unknown(artifact_id, self._known_ids(conn))
+        pointer, pointer_digest, found, parent, state_json, meta_json, digest = row
+        stored = None if found is None else (parent, state_json, meta_json, digest)
+        problem = head_problem(artifact_id, pointer, pointer_digest, stored, verify=verify)
+        if problem:
+            raise row_error(str(self._path), artifact_id, problem,
+                            f"; history({artifact_id!r}) still reads the versions that survive")
+        return int(pointer), pointer_digest, state_json
 
     # ----------------------------------------------------------------- the seam
 
@@ -475,12 +578,13 @@ class SqliteLedger(Ledger):
         engines register their artifacts on start either way.
 
         Args:
-            artifact_id: a non-empty id.
+            artifact_id: a non-empty id that encodes as UTF-8.
             state: the initial flat ``str -> str`` state.
             blast_radius: in [0, 1]; governance classifies the artifact by it.
 
         Raises:
-            ContractError: an empty id or a blast radius outside [0, 1] (a ``ValueError``).
+            ContractError: an empty id, an id holding a lone surrogate, or a blast radius
+                outside [0, 1] (a ``ValueError``).
             TypeError: a state key or value that is not a str.
             LedgerError: the file cannot be written.
         """
@@ -488,53 +592,53 @@ class SqliteLedger(Ledger):
         copy = _check_state(artifact_id, state)
         radius = _check_blast_radius(artifact_id, blast_radius)
         state_json = json.dumps(copy, sort_keys=True)
+        digest = version_digest(artifact_id, 1, ROOT_DIGEST, state_json, "{}")
         now = time.time()
         with self._write(f"register({artifact_id!r})") as conn:
             row = conn.execute(
                 "SELECT blast_radius FROM artifacts WHERE artifact_id = ?", (artifact_id,)
             ).fetchone()
             if row is not None:
-                _warn_blast_radius_mismatch(artifact_id, float(row[0]), radius)
+                _warn_blast_radius_mismatch(artifact_id, self._radius(artifact_id, row[0]), radius)
                 return
             conn.execute(
-                "INSERT INTO artifacts (artifact_id, blast_radius, created_at) VALUES (?, ?, ?)",
-                (artifact_id, radius, now),
+                "INSERT INTO artifacts (artifact_id, blast_radius, created_at, head_version, head_digest)"
+                " VALUES (?, ?, ?, 1, ?)",
+                (artifact_id, radius, now, digest),
             )
             conn.execute(
-                "INSERT INTO versions (artifact_id, version, state_json, meta_json, created_at)"
-                " VALUES (?, 1, ?, '{}', ?)",
-                (artifact_id, state_json, now),
+                "INSERT INTO versions (artifact_id, version, state_json, meta_json, created_at,"
+                " parent_digest, digest) VALUES (?, 1, ?, '{}', ?, ?, ?)",
+                (artifact_id, state_json, now, ROOT_DIGEST, digest),
             )
         logger.debug("register %r at version 1 (%d keys)", artifact_id, len(copy))
 
     def head(self, artifact_id: str) -> tuple[int, dict[str, str]]:
         """Return ``(version, state)`` of the head; the state is a fresh dict.
 
-        One SELECT reads both, so the pair always belongs to the same version.
+        One SELECT reads both, through the artifact's head pointer, so the pair always
+        belongs to the same version.
 
         Raises:
-            LedgerError: ``artifact_id`` was never registered, or its row is corrupt.
+            LedgerError: ``artifact_id`` was never registered.
+            LedgerCorrupted: the head row is missing or unreadable.
         """
         _check_artifact_id(artifact_id)
         conn = self._conn()
         with self._translate(f"head({artifact_id!r})"):
-            row = conn.execute(
-                "SELECT version, state_json FROM versions WHERE artifact_id = ?"
-                " ORDER BY version DESC LIMIT 1",
-                (artifact_id,),
-            ).fetchone()
-            if row is None:
-                raise _unknown(artifact_id, self._known_ids(conn))
-        return int(row[0]), self._load_state(artifact_id, int(row[0]), row[1])
+            version, _, state_json = self._head_row(conn, artifact_id, verify=False)
+        return version, self._load_state(artifact_id, version, state_json)
 
     def versions(self) -> dict[str, int]:
-        """Return artifact id -> head version for every registered artifact."""
+        """Return artifact id -> head version for every registered artifact (its head pointer)."""
         conn = self._conn()
         with self._translate("versions()"):
-            rows = conn.execute(
-                "SELECT artifact_id, MAX(version) FROM versions GROUP BY artifact_id"
-            ).fetchall()
-        return {aid: int(v) for aid, v in rows}
+            rows = conn.execute("SELECT artifact_id, head_version FROM artifacts").fetchall()
+        try:
+            return {aid: int(v) for aid, v in rows}
+        except (TypeError, ValueError):
+            bad = next(aid for aid, v in rows if not isinstance(v, int))
+            raise row_error(str(self._path), bad, "its head pointer is unreadable") from None
 
     def commit(
         self,
@@ -546,14 +650,17 @@ class SqliteLedger(Ledger):
     ) -> int:
         """Append ``new_state`` as ``base_version + 1`` if the head is still ``base_version``.
 
-        The head check and the insert run in one ``BEGIN IMMEDIATE`` transaction, so
-        the rule holds against other threads and other processes on the same file.
+        The head check, the insert and the move of the head pointer run in one ``BEGIN
+        IMMEDIATE`` transaction, so the rule holds against other threads and other
+        processes on the same file. The head is checked against its digest first: a
+        commit never builds on a head that was deleted or altered.
 
         Args:
             artifact_id: a registered artifact.
             new_state: the full new state (not a diff).
             base_version: the head version the new state was built on.
-            meta: a small JSON audit record stored with the version.
+            meta: a small strict-JSON audit record stored with the version (no NaN or
+                infinities).
 
         Returns:
             The new head version, ``base_version + 1``.
@@ -561,6 +668,8 @@ class SqliteLedger(Ledger):
         Raises:
             CASConflict: the head is not ``base_version``; nothing was written.
             LedgerError: ``artifact_id`` was never registered, or the file cannot be written.
+            LedgerCorrupted: the head is missing or altered; nothing was written.
+            InvalidArgument: ``meta`` holds NaN or an infinity.
             TypeError: a bad state, base version or meta.
         """
         _check_artifact_id(artifact_id)
@@ -569,23 +678,28 @@ class SqliteLedger(Ledger):
         meta_json = _meta_json(artifact_id, meta)
         state_json = json.dumps(copy, sort_keys=True)
         with self._write(f"commit({artifact_id!r})") as conn:
-            head = conn.execute(
-                "SELECT MAX(version) FROM versions WHERE artifact_id = ?", (artifact_id,)
-            ).fetchone()[0]
-            if head is None:
-                raise _unknown(artifact_id, self._known_ids(conn))
+            head, head_digest, _ = self._head_row(conn, artifact_id, verify=True)
             if head != base:
-                raise CASConflict(artifact_id, base, int(head))
+                raise CASConflict(artifact_id, base, head)
+            digest = version_digest(artifact_id, base + 1, head_digest, state_json, meta_json)
             try:
                 conn.execute(
-                    "INSERT INTO versions (artifact_id, version, state_json, meta_json, created_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (artifact_id, base + 1, state_json, meta_json, time.time()),
+                    "INSERT INTO versions (artifact_id, version, state_json, meta_json, created_at,"
+                    " parent_digest, digest) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (artifact_id, base + 1, state_json, meta_json, time.time(), head_digest, digest),
                 )
-            except sqlite3.IntegrityError as exc:
-                # BEGIN IMMEDIATE makes this unreachable; the primary key is the backstop
-                # should another writer ever bypass the transaction.
-                raise CASConflict(artifact_id, base, base + 1) from exc
+            except sqlite3.IntegrityError:
+                # The head pointer says `base`, yet a row `base + 1` exists: written behind
+                # agentdescent's back (its own writes move both in one transaction).
+                raise row_error(
+                    str(self._path), artifact_id,
+                    f"version {base + 1} is already stored beyond its head (the head pointer says "
+                    f"version {base})",
+                ) from None
+            conn.execute(
+                "UPDATE artifacts SET head_version = ?, head_digest = ? WHERE artifact_id = ?",
+                (base + 1, digest, artifact_id),
+            )
         logger.debug(
             "commit %r: version %d -> %d (%d keys)", artifact_id, base, base + 1, len(copy)
         )
@@ -594,28 +708,37 @@ class SqliteLedger(Ledger):
     def history(self, artifact_id: str) -> list[LedgerEntry]:
         """Return every version of the artifact, oldest first.
 
+        Each row is checked against its digest on the way out. A missing row is not an
+        error here (the versions that survive are returned, to salvage them); opening
+        the file with ``check_history=True`` reports it.
+
         Raises:
-            LedgerError: ``artifact_id`` was never registered, or a row is corrupt.
+            LedgerError: ``artifact_id`` was never registered.
+            LedgerCorrupted: a row is unreadable or does not match its digest.
         """
         _check_artifact_id(artifact_id)
         conn = self._conn()
         with self._translate(f"history({artifact_id!r})"):
             rows = conn.execute(
-                "SELECT version, state_json, meta_json FROM versions WHERE artifact_id = ?"
-                " ORDER BY version",
+                "SELECT version, state_json, meta_json, parent_digest, digest FROM versions"
+                " WHERE artifact_id = ? ORDER BY version",
                 (artifact_id,),
             ).fetchall()
             if not rows:
                 raise _unknown(artifact_id, self._known_ids(conn))
-        return [
-            LedgerEntry(
-                artifact_id,
-                int(version),
-                self._load_state(artifact_id, int(version), state_json),
-                self._load_meta(artifact_id, int(version), meta_json),
-            )
-            for version, state_json, meta_json in rows
-        ]
+        entries = []
+        for version, state_json, meta_json, parent, digest in rows:
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise row_error(str(self._path), artifact_id,
+                                f"a row has version {version!r}; versions are integers from 1")
+            state = self._load_state(artifact_id, version, state_json)
+            audit = self._load_meta(artifact_id, version, meta_json)
+            if digest != version_digest(artifact_id, version, parent, state_json, meta_json):
+                raise row_error(str(self._path), artifact_id,
+                                f"version {version} does not match its digest: its state or audit "
+                                "record was changed outside agentdescent")
+            entries.append(LedgerEntry(artifact_id, version, state, audit))
+        return entries
 
     def save_run_state(self, run_id: str, state: Mapping[str, Any],
                        rounds: Sequence[Mapping[str, Any]] = ()) -> None:
@@ -643,7 +766,9 @@ class SqliteLedger(Ledger):
         """The run's saved progress, or None if it never saved any.
 
         Raises:
-            LedgerError: the saved progress is not a JSON object (names the file and the fix).
+            RunStateDamaged: the saved progress is not a JSON object, a saved round is not
+                JSON, or rounds are stored without the state they belong to (its row was
+                deleted); the message names the file and the ways on.
         """
         conn = self._conn()
         with self._translate(f"reading the run state of {run_id!r}"):
@@ -652,31 +777,47 @@ class SqliteLedger(Ledger):
                 "SELECT idx, round_json FROM run_rounds WHERE run_id = ? ORDER BY idx", (run_id,)
             ).fetchall()
         if row is None:
+            if rounds:
+                raise self._run_state_damaged(
+                    run_id, f"{len(rounds)} saved round(s) are stored but the run's saved state (its "
+                    "row in the run_state table) is missing, so its counters, spend and stop rules "
+                    "are lost")
             return None
         try:
             state = json.loads(row[0])
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             state = exc
         if not isinstance(state, dict):
-            raise LedgerError(
-                f"ledger file {str(self._path)!r}: the saved progress of run {run_id!r} is not a "
-                f"JSON object ({state}); the artifact's versions are intact: open the file with a "
-                "new artifact_id, or delete the run_state row to start the run's counters over"
-            )
+            raise self._run_state_damaged(run_id, f"its saved state is not a JSON object ({state})")
         try:
             state["history"] = [json.loads(text) for _, text in rounds]
-        except ValueError as exc:
-            raise LedgerError(
-                f"ledger file {str(self._path)!r}: a saved round of run {run_id!r} is not JSON "
-                f"({exc}); the artifact's versions are intact: open the file with a new artifact_id"
-            ) from None
+        except (TypeError, ValueError) as exc:
+            raise self._run_state_damaged(run_id, f"a saved round is not JSON ({exc})") from None
         return state
+
+    def _run_state_damaged(self, run_id: str, what: str) -> RunStateDamaged:
+        path = str(self._path)
+        return RunStateDamaged(
+            f"ledger file {path!r}: the saved progress of run {run_id!r} is damaged: {what}. The "
+            "run cannot resume as is. The artifact's versions are intact: start over with "
+            "resume=False (a new run on the same head, its counters from zero; it saves no "
+            "progress of its own), or use a new ledger, or restore the file from a backup",
+            path=path, problems=(f"run {run_id!r}: {what}",),
+        )
+
+    def _radius(self, artifact_id: str, value: Any) -> float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise row_error(str(self._path), artifact_id,
+                            f"its blast radius {value!r} is not a number in [0, 1]") from None
 
     def blast_radius(self, artifact_id: str) -> float:
         """Return the blast radius given to ``register``.
 
         Raises:
             LedgerError: ``artifact_id`` was never registered.
+            LedgerCorrupted: the stored blast radius is not a number.
         """
         _check_artifact_id(artifact_id)
         conn = self._conn()
@@ -686,5 +827,4 @@ class SqliteLedger(Ledger):
             ).fetchone()
             if row is None:
                 raise _unknown(artifact_id, self._known_ids(conn))
-        return float(row[0])
-
+        return self._radius(artifact_id, row[0])
