@@ -20,7 +20,8 @@ The tree::
     │   ├── CASConflict                        a compare-and-swap commit lost
     │   ├── LedgerCorrupted                    the file was damaged outside agentdescent
     │   │   └── RunStateDamaged                a run's saved progress is damaged: no resume
-    │   └── LedgerTooNew                       the file was written by a newer agentdescent
+    │   ├── LedgerTooNew                       the file was written by a newer agentdescent
+    │   └── LedgerBusy                         another driver holds the artifact's lease
     ├── ProviderError                          a model provider failed (``retryable`` says if
     │   │                                      a later call can help)
     │   ├── ProviderAuthError                  401/403, or no key
@@ -53,6 +54,7 @@ __all__ = [
     "GovernanceError",
     "InvalidArgument",
     "InvalidArgumentType",
+    "LedgerBusy",
     "LedgerCorrupted",
     "LedgerError",
     "LedgerTooNew",
@@ -210,6 +212,44 @@ class LedgerTooNew(LedgerError):
 def _rebuild_too_new(cls: type[LedgerTooNew], message: str, path: str | None, found: int | None,
                      supported: int | None) -> LedgerTooNew:
     return cls(message, path=path, found=found, supported=supported)
+
+
+class LedgerBusy(LedgerError):
+    """Another live driver holds the lease on this (ledger file, artifact) pair.
+
+    Raised at once when a run opens (nothing was read or written for it), and when a
+    running driver finds at a save that its lease was taken over. The message names the
+    holder (``host:pid:start time``), its run id, how long ago it renewed its heartbeat,
+    and the ways on: wait for it, or give each driver its own run id to share the artifact.
+
+    Attributes:
+        path: the ledger file.
+        artifact_id: the artifact asked for.
+        holder: the holder's id, ``host:pid:start time``.
+        pid: the holder's process id.
+        host: the holder's host name.
+        run_id: the holder's run id (``""`` for an unshared driver).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, artifact_id: str | None = None,
+                 holder: str | None = None, pid: int | None = None, host: str | None = None,
+                 run_id: str | None = None) -> None:
+        self.path = path
+        self.artifact_id = artifact_id
+        self.holder = holder
+        self.pid = pid
+        self.host = host
+        self.run_id = run_id
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {"path": self.path, "artifact_id": self.artifact_id, "holder": self.holder,
+                  "pid": self.pid, "host": self.host, "run_id": self.run_id}
+        return (_rebuild_busy, (type(self), str(self), fields))
+
+
+def _rebuild_busy(cls: type[LedgerBusy], message: str, fields: dict[str, Any]) -> LedgerBusy:
+    return cls(message, **fields)
 
 
 # --------------------------------------------------------------------------- providers

@@ -14,6 +14,14 @@ held-out rewards, the stop rules' best and patience count, the task walk, the go
 and the allocator's learned state, the counters, the evidence pool, the advantage
 groups, and the head's per-task held-out scores (so a resumed run does not pay to
 evaluate its head again). It must not decide anything about the run.
+
+Who a run is: one (ledger, artifact) pair is driven by one driver, held by the ledger's
+lease (`agentdescent.ledger.lease`), which `ProgressStore.load` takes and every save
+renews. Drivers that share an artifact each give the ledger their own run id
+(``SqliteLedger(path, run_id=...)``); each then saves under ``ARTIFACT@RUN_ID``
+(`progress_key`), and `read_all_progress` lists them all. A commit made after the last
+save (the driver died between its commit and its save) is adopted on reading: one round
+per such version, counted in ``orphan_commits_adopted`` (see `read_progress`).
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ from .result import RoundInfo
 from .testset import Evaluation
 from .usage import Usage
 
-__all__ = ["RUN_STATE_FORMAT", "ProgressStore", "SavedProgress", "capture", "read_progress", "restore"]
+__all__ = ["RUN_STATE_FORMAT", "ProgressStore", "SavedProgress", "capture", "progress_key", "read_all_progress",
+           "read_progress", "restore"]
 
 #: The format marker of a run's saved progress.
 RUN_STATE_FORMAT = "agentdescent-run-state/1"
@@ -45,6 +54,8 @@ class SavedProgress:
         last_reward: the head's held-out reward at the last save.
         head_version: the head version the saved scores belong to.
         state: everything else the run saved (its parts' own state, by name).
+        adopted: rounds added on reading for commits made after the last save (their
+            versions), each with ``committed=1`` and no tokens (see `read_progress`).
     """
 
     rounds: list[RoundInfo]
@@ -53,6 +64,7 @@ class SavedProgress:
     last_reward: float | None
     head_version: int | None
     state: dict[str, Any] = field(default_factory=dict)
+    adopted: list[int] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -133,8 +145,49 @@ def _check_rounds(saved: Mapping[str, Any], run_id: str, path: str | None) -> No
     )
 
 
-def read_progress(ledger: Ledger, run_id: str) -> SavedProgress | None:
+def progress_key(artifact_id: str, driver: str | None = None) -> str:
+    """The run-state key a driver saves under: the artifact id, or ``ARTIFACT@DRIVER`` for a sharing driver."""
+    return artifact_id if driver is None else f"{artifact_id}@{driver}"
+
+
+def _adopt(ledger: Ledger, artifact_id: str, driver: str | None, progress: SavedProgress) -> None:
+    """Add one round per commit of this driver above the saved head (made after the last save)."""
+    saved_head = progress.head_version
+    if not isinstance(saved_head, int) or isinstance(saved_head, bool):
+        return
+    head = ledger.versions().get(artifact_id)
+    if head is None or head <= saved_head:
+        return  # the common case: nothing was committed after the save, no history read
+    orphans = [e for e in ledger.history(artifact_id) if e.version > saved_head and "diff_id" in e.meta
+               and e.meta.get("driver") == driver]
+    reward = progress.last_reward if progress.last_reward is not None else (
+        progress.rounds[-1].held_out_reward if progress.rounds else 0.0)
+    for entry in orphans:
+        progress.rounds.append(RoundInfo(index=len(progress.rounds) + 1, held_out_reward=float(reward), committed=1,
+                                         fused=int(bool(entry.meta.get("fused"))), head_version=entry.version))
+        progress.adopted.append(entry.version)
+    if orphans:
+        counters = dict(progress.state.get("counters") or {})
+        counters["orphan_commits_adopted"] = int(counters.get("orphan_commits_adopted", 0)) + len(orphans)
+        progress.state["counters"] = counters
+
+
+def read_progress(ledger: Ledger, run_id: str, *, driver: str | None = None) -> SavedProgress | None:
     """The progress a run saved in ``ledger`` (its id is the artifact id), or None if none.
+
+    Commits the driver made after its last save (it was killed between a commit and the
+    save) are adopted: each version above the head the save recorded whose audit record
+    is the engine's (it has a ``diff_id``) and the driver's (``"driver"`` is ``driver``,
+    absent for an unshared one) becomes one more round (``committed=1``, no tokens: what
+    that round spent was never saved; its held-out reward repeats the last saved one), and
+    ``orphan_commits_adopted`` in the counters counts them. So the rounds' commits equal the
+    ledger's. A resumed run continues after them.
+
+    Args:
+        ledger: the ledger.
+        run_id: the artifact id.
+        driver: the sharing driver's run id (``SqliteLedger(run_id=...)``), None for an
+            unshared driver's record.
 
     Raises:
         RunStateDamaged: the saved progress is damaged: a saved round is missing (a gap in
@@ -142,6 +195,7 @@ def read_progress(ledger: Ledger, run_id: str) -> SavedProgress | None:
             found rounds without their state.
         LedgerError: the saved progress is of an unknown format.
     """
+    artifact_id, run_id = run_id, progress_key(run_id, driver)
     saved = ledger.load_run_state(run_id)
     if saved is None:
         return None
@@ -152,11 +206,43 @@ def read_progress(ledger: Ledger, run_id: str) -> SavedProgress | None:
         )
     path = getattr(ledger, "path", None)
     _check_rounds(saved, run_id, str(path) if path is not None else None)
-    return _parse(saved, run_id)
+    progress = _parse(saved, run_id)
+    _adopt(ledger, artifact_id, driver, progress)
+    return progress
+
+
+def read_all_progress(ledger: Ledger, artifact_id: str) -> dict[str | None, SavedProgress]:
+    """Every driver's saved progress on ``artifact_id``: None for the unshared record, else each run id.
+
+    Sum ``tokens``, ``commits`` or ``len(rounds)`` over the values for the artifact's whole
+    spend. A ledger that cannot list its saved runs (``saved_runs``) gives the unshared
+    record only.
+
+    Raises:
+        RunStateDamaged, LedgerError: as `read_progress`, for any of them.
+    """
+    out: dict[str | None, SavedProgress] = {}
+    own = read_progress(ledger, artifact_id)
+    if own is not None:
+        out[None] = own
+    listing = getattr(ledger, "saved_runs", None)
+    prefix = f"{artifact_id}@"
+    for key in (listing() if callable(listing) else []):
+        if key.startswith(prefix):
+            found = read_progress(ledger, artifact_id, driver=key[len(prefix):])
+            if found is not None:
+                out[key[len(prefix):]] = found
+    return out
 
 
 class ProgressStore:
     """Saves one run's progress in its ledger after every round, writing only what is new.
+
+    It also holds the run's lease on the artifact, on a ledger that has one
+    (`agentdescent.ledger.SqliteLedger`): taken by `load` (a second unshared driver is
+    refused with `LedgerBusy` before anything is read), renewed at every save, released by
+    `close` or when the ledger closes. The driver is the ledger's ``run_id`` (None:
+    unshared); a sharing driver's progress is saved under ``ARTIFACT@RUN_ID``.
 
     Args:
         ledger: the run's ledger (one without the run-state pair keeps nothing).
@@ -166,22 +252,41 @@ class ProgressStore:
 
     def __init__(self, ledger: Ledger, run_id: str, enabled: bool) -> None:
         self.ledger = ledger
-        self.run_id = run_id
+        self.artifact_id = run_id
+        driver = getattr(ledger, "run_id", None)
+        self.driver: str | None = driver if isinstance(driver, str) else None
+        self.run_id = progress_key(run_id, self.driver)
         self.enabled = enabled
         self._rounds_saved = 0
 
+    def _lease(self, member: str) -> None:
+        method = getattr(self.ledger, member, None)
+        if callable(method):
+            method(self.artifact_id)
+
     def load(self) -> SavedProgress | None:
-        """The run's saved progress, or None (nothing saved, or saving is off)."""
+        """Take the run's lease, then return its saved progress, or None (nothing saved, or saving is off).
+
+        Raises:
+            LedgerBusy: another live driver holds the artifact (see `ProgressStore`).
+            RunStateDamaged, LedgerError: as `read_progress`.
+        """
+        self._lease("acquire_lease")
         if not self.enabled:
             return None
-        saved = read_progress(self.ledger, self.run_id)
+        saved = read_progress(self.ledger, self.artifact_id, driver=self.driver)
         if saved is not None:
-            self._rounds_saved = len(saved.rounds)
+            self._rounds_saved = len(saved.rounds) - len(saved.adopted)  # adopted rounds are not stored yet
         return saved
+
+    def close(self) -> None:
+        """Release the run's lease (the ledger's ``close`` releases it too)."""
+        self._lease("release_lease")
 
     def save(self, state: Mapping[str, Any], history: list[RoundInfo]) -> None:
         """Save ``state`` and the rounds of ``history`` not saved yet (and the last saved one again:
         the run's end adds the tokens of work abandoned at the stop to the last round)."""
+        self._lease("renew_lease")  # raises LedgerBusy if another driver took the artifact over
         if not self.enabled:
             return
         new_rounds = [h.to_json() for h in history[max(0, self._rounds_saved - 1):]]

@@ -59,6 +59,7 @@ from .integrity import (
     row_error,
     version_digest,
 )
+from .lease import DEFAULT_EXPIRY, LeaseHolder
 
 __all__ = ["SqliteLedger"]
 
@@ -113,7 +114,7 @@ _HEAD_SQL = (
 )
 
 
-class SqliteLedger(Ledger):
+class SqliteLedger(LeaseHolder, Ledger):
     """A `Ledger` in one SQLite file: the embedded default for persisted runs.
 
     SQLite gives the CAS rule for free across threads *and* processes: a commit runs
@@ -157,6 +158,12 @@ class SqliteLedger(Ledger):
             ``False`` skips the check, to salvage the intact artifacts of a damaged
             file; reading a damaged version, or committing on a damaged head, still
             raises `LedgerCorrupted`. Do not resume a run on a file that fails the check.
+        run_id: this driver's run id, to share the file's artifacts with other drivers
+            (each with its own): its run keeps its own progress and its commits carry
+            ``"driver": run_id``. None (the default): an unshared driver, which a run on an
+            artifact another live driver holds refuses (`LedgerBusy`; see `LeaseHolder`).
+        lease_seconds: a lease whose heartbeat is older than this is taken over (renewed
+            every third of it, and at every save).
 
     Raises:
         LedgerCorrupted: the file is empty, truncated or malformed, or fails the history
@@ -185,6 +192,8 @@ class SqliteLedger(Ledger):
         *,
         timeout: float = 30.0,
         check_history: bool = True,
+        run_id: str | None = None,
+        lease_seconds: float = DEFAULT_EXPIRY,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidArgumentType(f"SqliteLedger(path={path!r}): give a file path (str or os.PathLike)")
@@ -202,6 +211,12 @@ class SqliteLedger(Ledger):
                 f"SqliteLedger(check_history={check_history!r}): expected True (check the "
                 "history on open) or False (skip it to salvage a damaged file)"
             )
+        if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
+            raise InvalidArgument(f"SqliteLedger(run_id={run_id!r}): give a non-empty str naming this "
+                                  "driver (e.g. 'driver-1'), or None for an unshared driver")
+        lease_seconds = check_seconds(lease_seconds, "lease_seconds", positive=True, owner="SqliteLedger",
+                                      hint="after how long without a heartbeat a lease is taken over")
+        self._init_leases(run_id, lease_seconds)
         self._path = Path(raw)
         self._timeout = float(timeout)
         self._check_history_on_open = check_history
@@ -245,9 +260,11 @@ class SqliteLedger(Ledger):
     def close(self) -> None:
         """Close every connection this object opened; later calls raise `LedgerError`.
 
-        Closing is idempotent. Other ``SqliteLedger`` objects (and other processes)
-        on the same file are unaffected.
+        Closing is idempotent and releases this object's leases first. Other
+        ``SqliteLedger`` objects (and other processes) on the same file are unaffected.
         """
+        if not self._closed:
+            self.release_leases()
         with self._conns_lock:
             self._closed = True
             conns, self._conns = self._conns, []
@@ -675,6 +692,8 @@ class SqliteLedger(Ledger):
         _check_artifact_id(artifact_id)
         copy = _check_state(artifact_id, new_state, "new_state")
         base = _check_base_version(artifact_id, base_version)
+        if self._run_id is not None:  # a sharing driver signs its commits (a resume adopts its own)
+            meta = {**(meta or {}), "driver": self._run_id}
         meta_json = _meta_json(artifact_id, meta)
         state_json = json.dumps(copy, sort_keys=True)
         with self._write(f"commit({artifact_id!r})") as conn:

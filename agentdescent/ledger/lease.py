@@ -1,0 +1,356 @@
+"""The driver lease: one live driver per (ledger file, artifact), or several that said they share it.
+
+This module owns the ``leases`` table of a ledger file and its rules: who a driver is
+(`holder_id`: ``host:pid:start time``), when a lease row's holder is gone (`holder_gone`:
+the same host and its process is dead, or its heartbeat is older than the expiry), how a
+lease is taken (`acquire`: refused with `LedgerBusy` while a live holder conflicts, taken
+over when the holder is gone), renewed (`renew`) and released (`release`), and the timer
+that renews a driver's leases (`Heartbeat`). A row keyed by run id ``""`` is an unshared
+driver's and conflicts with every other holder; a row with a run id is a sharing driver's
+and conflicts only with an unshared holder or another holder of the same run id.
+
+The table is made on first use (``CREATE TABLE IF NOT EXISTS``), so the file's schema
+number does not change and an older agentdescent still opens the file (it ignores the
+table, and so the lease). It must not read the clock except to stamp and age heartbeats,
+and must not touch the artifacts' versions or the saved progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import LedgerBusy
+
+__all__ = ["DEFAULT_EXPIRY", "Heartbeat", "LeaseRow", "acquire", "holder_gone", "holder_id", "holders",
+           "release", "renew"]
+
+logger = logging.getLogger("agentdescent.ledger")
+
+#: Seconds after its last heartbeat a lease counts as abandoned (its holder on another
+#: host, or a pid that was reused). A driver renews its lease at every progress save and
+#: every third of this.
+DEFAULT_EXPIRY = 30.0
+
+_HOST = socket.gethostname()
+_STARTED = time.time()  # this process's start, as far as the package can tell (its import)
+
+_CREATE = (
+    "CREATE TABLE IF NOT EXISTS leases ("
+    " artifact_id TEXT NOT NULL,"
+    " run_id TEXT NOT NULL,"
+    " holder TEXT NOT NULL,"
+    " host TEXT NOT NULL,"
+    " pid INTEGER NOT NULL,"
+    " acquired_at REAL NOT NULL,"
+    " heartbeat REAL NOT NULL,"
+    " PRIMARY KEY (artifact_id, run_id))"
+)
+
+
+def holder_id() -> str:
+    """This process's holder id, ``host:pid:start time`` (the same for every ledger object in it)."""
+    return f"{_HOST}:{os.getpid()}:{_STARTED:.6f}"
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """One lease as the file holds it.
+
+    Args:
+        artifact_id: the leased artifact.
+        run_id: the driver's run id, ``""`` for an unshared driver.
+        holder: ``host:pid:start time``.
+        host: the holder's host.
+        pid: the holder's process id.
+        acquired_at: when it took the lease (seconds since the epoch).
+        heartbeat: when it last renewed it.
+    """
+
+    artifact_id: str
+    run_id: str
+    holder: str
+    host: str
+    pid: int
+    acquired_at: float
+    heartbeat: float
+
+    def describe(self, now: float) -> str:
+        """The holder in words: its id, pid, run id and heartbeat age."""
+        who = "an unshared driver" if not self.run_id else f"run id {self.run_id!r}"
+        return (f"holder {self.holder} (pid {self.pid} on {self.host}, {who}, heartbeat "
+                f"{max(0.0, now - self.heartbeat):.1f} s ago)")
+
+
+def _pid_dead(pid: int) -> bool:
+    """Whether process ``pid`` on this host is gone (a zombie counts as gone: it runs nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return False
+
+
+def holder_gone(row: LeaseRow, now: float, expiry: float) -> str | None:
+    """Why ``row``'s holder no longer holds it (its process died, its heartbeat expired), or None."""
+    if row.holder == holder_id():
+        return None
+    if row.host == _HOST and _pid_dead(row.pid):
+        return f"its process {row.pid} on this host is dead"
+    if now - row.heartbeat > expiry:
+        return f"its heartbeat is {now - row.heartbeat:.1f} s old (expiry {expiry:g} s)"
+    return None
+
+
+def _ensure(conn: sqlite3.Connection) -> None:
+    conn.execute(_CREATE)
+
+
+def holders(conn: sqlite3.Connection, artifact_id: str) -> list[LeaseRow]:
+    """Every lease row of ``artifact_id`` (live or not), by run id."""
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leases'").fetchone()
+    if exists is None:
+        return []
+    return [LeaseRow(*row) for row in conn.execute(
+        "SELECT artifact_id, run_id, holder, host, pid, acquired_at, heartbeat FROM leases"
+        " WHERE artifact_id = ? ORDER BY run_id", (artifact_id,))]
+
+
+def _conflicts(row: LeaseRow, run_id: str) -> bool:
+    return not run_id or not row.run_id or row.run_id == run_id
+
+
+def acquire(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str, expiry: float) -> list[str]:
+    """Take the lease on ``artifact_id`` for ``run_id`` (``""``: unshared) inside the caller's write transaction.
+
+    Rows whose holder is gone are taken over (deleted); the names of those taken over
+    are returned, for the log. This process already holding the row is not a conflict.
+
+    Raises:
+        LedgerBusy: a live holder conflicts (an unshared driver conflicts with every
+            holder; a sharing driver with an unshared one or the same run id).
+    """
+    _ensure(conn)
+    now = time.time()
+    me = holder_id()
+    taken_over = []
+    for row in holders(conn, artifact_id):
+        if row.holder == me or not _conflicts(row, run_id):
+            continue
+        gone = holder_gone(row, now, expiry)
+        if gone is None:
+            raise _busy(path, artifact_id, run_id, row, now)
+        conn.execute("DELETE FROM leases WHERE artifact_id = ? AND run_id = ?", (artifact_id, row.run_id))
+        taken_over.append(f"{row.describe(now)}: {gone}")
+    conn.execute(
+        "INSERT INTO leases (artifact_id, run_id, holder, host, pid, acquired_at, heartbeat)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(artifact_id, run_id) DO UPDATE SET"
+        " heartbeat = excluded.heartbeat",
+        (artifact_id, run_id, me, _HOST, os.getpid(), now, now),
+    )
+    return taken_over
+
+
+def _busy(path: str, artifact_id: str, run_id: str, row: LeaseRow, now: float) -> LedgerBusy:
+    if not run_id and row.run_id:
+        clash = "drivers sharing it are running"
+    elif not run_id:
+        clash = "another driver is running it"
+    elif not row.run_id:
+        clash = "an unshared driver is running it"
+    else:
+        clash = f"another driver runs it with the same run id {run_id!r}"
+    return LedgerBusy(
+        f"ledger file {path!r}: artifact {artifact_id!r} is leased to another driver ({clash}): "
+        f"{row.describe(now)}. Wait for it to finish (its lease is released when it returns, and "
+        f"taken over once its process is dead or its heartbeat is old), or, to run several "
+        f"drivers on one artifact, give each its own run id: "
+        f"evolve(..., ledger=SqliteLedger(path, run_id='driver-1')), each saving its own progress",
+        path=path, artifact_id=artifact_id, holder=row.holder, pid=row.pid, host=row.host, run_id=row.run_id,
+    )
+
+
+def renew(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str) -> None:
+    """Stamp this process's heartbeat on its lease, inside the caller's write transaction.
+
+    Raises:
+        LedgerBusy: the lease is no longer this process's (it was taken over after its
+            heartbeat expired); nothing was written.
+    """
+    _ensure(conn)
+    now = time.time()
+    row = next((r for r in holders(conn, artifact_id) if r.run_id == run_id), None)
+    if row is not None and row.holder != holder_id():
+        raise LedgerBusy(
+            f"ledger file {path!r}: the lease on artifact {artifact_id!r} was taken over by "
+            f"{row.describe(now)} after this driver's heartbeat expired; this driver stops "
+            "saving so the two never overwrite each other's progress. Give each driver its own "
+            "run id, or raise SqliteLedger(lease_seconds=...) if this driver pauses for long",
+            path=path, artifact_id=artifact_id, holder=row.holder, pid=row.pid, host=row.host,
+            run_id=row.run_id,
+        )
+    if row is None:
+        conn.execute(
+            "INSERT INTO leases (artifact_id, run_id, holder, host, pid, acquired_at, heartbeat)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)", (artifact_id, run_id, holder_id(), _HOST, os.getpid(), now, now))
+    else:
+        conn.execute("UPDATE leases SET heartbeat = ? WHERE artifact_id = ? AND run_id = ?",
+                     (now, artifact_id, run_id))
+
+
+def release(conn: sqlite3.Connection, artifact_id: str, run_id: str) -> None:
+    """Drop this process's lease on ``artifact_id`` for ``run_id`` (another holder's row is left alone)."""
+    _ensure(conn)
+    conn.execute("DELETE FROM leases WHERE artifact_id = ? AND run_id = ? AND holder = ?",
+                 (artifact_id, run_id, holder_id()))
+
+
+class Heartbeat:
+    """A daemon thread that calls ``beat()`` every ``interval`` seconds until stopped.
+
+    Args:
+        beat: renews the leases (a failure is logged; the next beat tries again).
+        interval: seconds between beats.
+    """
+
+    def __init__(self, beat: Callable[[], None], interval: float) -> None:
+        self._beat = beat
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agentdescent-lease", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._beat()
+            except Exception as exc:  # a failed beat must not kill the timer
+                logger.warning("renewing the ledger lease failed: %s", exc)
+
+    def stop(self) -> None:
+        """Stop the timer (it makes no further beat)."""
+        self._stop.set()
+
+
+_HELD: dict[tuple[str, str, str], int] = {}  # (file, artifact, run id) -> holds in this process
+_HELD_LOCK = threading.Lock()
+
+
+class LeaseHolder:
+    """The lease members of `agentdescent.ledger.SqliteLedger` (mixed in; the ledger gives
+    ``_write``, ``_conn``, ``_translate`` and ``_path``).
+
+    A driver (`agentdescent.progress.ProgressStore`) calls `acquire_lease` when its run
+    opens, `renew_lease` at every save, and `release_lease` when it closes; the ledger's
+    ``close`` releases what it still holds. One process is one holder: a second hold from
+    the same process (another ledger object, a second run after the first) is counted and
+    the row is dropped with the last release.
+    """
+
+    _path: object
+    _write: Callable[..., object]
+    _conn: Callable[[], sqlite3.Connection]
+    _translate: Callable[..., object]
+
+    def _init_leases(self, run_id: str | None, lease_seconds: float) -> None:
+        self._run_id = run_id
+        self._lease_seconds = float(lease_seconds)
+        self._leased: set[str] = set()
+        self._lease_lock = threading.Lock()
+        self._heartbeat: Heartbeat | None = None
+
+    @property
+    def run_id(self) -> str | None:
+        """This driver's run id when it shares the file's artifacts (``SqliteLedger(run_id=...)``), else None."""
+        return self._run_id
+
+    def _key(self, artifact_id: str) -> tuple[str, str, str]:
+        return (os.path.realpath(str(self._path)), artifact_id, self._run_id or "")
+
+    def acquire_lease(self, artifact_id: str) -> None:
+        """Take this driver's lease on ``artifact_id`` (renewed by a timer until released).
+
+        Raises:
+            LedgerBusy: another live driver holds it (see `acquire`).
+            LedgerError: the file cannot be written.
+        """
+        with self._lease_lock:
+            if artifact_id in self._leased:
+                return
+            with self._write(f"taking the lease on {artifact_id!r}") as conn:  # type: ignore[attr-defined]
+                taken = acquire(conn, str(self._path), artifact_id, self._run_id or "", self._lease_seconds)
+            for line in taken:
+                logger.warning("ledger file %s: took over the lease on %r from %s", self._path, artifact_id, line)
+            self._leased.add(artifact_id)
+            with _HELD_LOCK:
+                _HELD[self._key(artifact_id)] = _HELD.get(self._key(artifact_id), 0) + 1
+            if self._heartbeat is None:
+                self._heartbeat = Heartbeat(self._beat, self._lease_seconds / 3)
+
+    def _beat(self) -> None:
+        for artifact_id in sorted(self._leased):
+            self.renew_lease(artifact_id)
+
+    def renew_lease(self, artifact_id: str) -> None:
+        """Renew this driver's heartbeat on ``artifact_id`` (a no-op when it holds no lease on it).
+
+        Raises:
+            LedgerBusy: the lease was taken over by another driver.
+        """
+        if artifact_id not in self._leased:
+            return
+        with self._write(f"renewing the lease on {artifact_id!r}") as conn:  # type: ignore[attr-defined]
+            renew(conn, str(self._path), artifact_id, self._run_id or "")
+
+    def release_lease(self, artifact_id: str) -> None:
+        """Release this driver's lease on ``artifact_id`` (kept while another hold of this process remains)."""
+        with self._lease_lock:
+            if artifact_id not in self._leased:
+                return
+            self._leased.discard(artifact_id)
+            if not self._leased and self._heartbeat is not None:
+                self._heartbeat.stop()
+                self._heartbeat = None
+            with _HELD_LOCK:
+                left = _HELD.get(self._key(artifact_id), 1) - 1
+                if left > 0:
+                    _HELD[self._key(artifact_id)] = left
+                else:
+                    _HELD.pop(self._key(artifact_id), None)
+            if left <= 0:
+                with self._write(f"releasing the lease on {artifact_id!r}") as conn:  # type: ignore[attr-defined]
+                    release(conn, artifact_id, self._run_id or "")
+
+    def release_leases(self) -> None:
+        """Release every lease this object holds (``close`` calls it); failures are logged."""
+        for artifact_id in sorted(self._leased):
+            try:
+                self.release_lease(artifact_id)
+            except Exception as exc:  # closing goes on; the pid check frees it later
+                logger.warning("ledger file %s: releasing the lease on %r failed: %s", self._path, artifact_id, exc)
+
+    def lease_holders(self, artifact_id: str) -> list[LeaseRow]:
+        """Every lease row of ``artifact_id`` in the file (live or not), by run id."""
+        conn = self._conn()
+        with self._translate("reading the leases"):  # type: ignore[attr-defined]
+            return holders(conn, artifact_id)
+
+    def saved_runs(self) -> list[str]:
+        """The run ids with saved progress in the file (``run_state`` rows), sorted."""
+        conn = self._conn()
+        with self._translate("listing the saved runs"):  # type: ignore[attr-defined]
+            return [row[0] for row in conn.execute("SELECT run_id FROM run_state ORDER BY run_id")]
