@@ -277,6 +277,12 @@ class ProgressStore:
         saved = read_progress(self.ledger, self.artifact_id, driver=self.driver)
         if saved is not None:
             self._rounds_saved = len(saved.rounds) - len(saved.adopted)  # adopted rounds are not stored yet
+        else:
+            # A start record (no rounds, the head the run starts on), so that a commit of its
+            # first round is adopted too if the run dies before that round's save.
+            self.ledger.save_run_state(self.run_id, {
+                "format": RUN_STATE_FORMAT, "usage": Usage().to_json(), "initial_reward": None,
+                "last_reward": None, "head": {"version": self.ledger.head(self.artifact_id)[0]}, "round_count": 0})
         return saved
 
     def close(self) -> None:
