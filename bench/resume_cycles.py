@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  seed {seed}: {kills} kill(s), rewards identical: {rewards_w == rewards_p}", file=sys.stderr)
     if args.between_commit_and_save:
         print("| seed | kills between commit and save | rounds (uninterrupted / resumed) | commits recorded / in "
-              "the ledger, uninterrupted | commits recorded / in the ledger, resumed | orphan commits adopted | "
+              "the ledger, uninterrupted | commits recorded / in the ledger, resumed | orphan commits adopted (commits recorded without them) | "
               "final held-out (uninterrupted / resumed) |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
