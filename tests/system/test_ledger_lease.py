@@ -173,3 +173,46 @@ def test_a_kill_between_commit_and_save_is_adopted_on_resume(tmp_path: Path) -> 
         final = read_progress(ledger, "artifact")
         assert final is not None and final.adopted == []  # saved since: nothing left to adopt
         assert final.commits == ledger.head("artifact")[0] - 1 and len(final.rounds) == 8
+
+
+def _foreign_row(path: Path, *, heartbeat_age: float, run_id: str = "") -> None:
+    """A lease row of a holder on another host (its pid cannot be checked from here)."""
+    now = time.time()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO leases (artifact_id, run_id, holder, host, pid, acquired_at, heartbeat)"
+                     " VALUES ('artifact', ?, 'elsewhere:4242:1.0', 'elsewhere', 4242, ?, ?)",
+                     (run_id, now - heartbeat_age, now - heartbeat_age))
+
+
+def test_a_lease_on_another_host_is_taken_over_only_once_its_heartbeat_is_old(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    with SqliteLedger(path) as ledger:
+        ledger.register("artifact", {}, 0.2)
+        ledger.acquire_lease("artifact")
+    _foreign_row(path, heartbeat_age=5.0)
+    with SqliteLedger(path, lease_seconds=30.0) as ledger, pytest.raises(LedgerBusy) as caught:
+        ledger.acquire_lease("artifact")
+    assert caught.value.host == "elsewhere" and caught.value.pid == 4242 and "heartbeat 5.0 s ago" in str(caught.value)
+    with SqliteLedger(path, lease_seconds=2.0) as ledger:  # older than its expiry: taken over
+        ledger.acquire_lease("artifact")
+        assert [row.host for row in ledger.lease_holders("artifact")] != ["elsewhere"]
+    with SqliteLedger(path) as ledger:
+        assert ledger.lease_holders("artifact") == []
+
+
+def test_a_driver_whose_lease_was_taken_over_stops_at_its_next_save(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    with SqliteLedger(path) as ledger:
+        ledger.register("artifact", {}, 0.2)
+        ledger.acquire_lease("artifact")
+        with sqlite3.connect(path) as conn:  # another driver took it over after our heartbeat expired
+            conn.execute("UPDATE leases SET holder = 'elsewhere:4242:1.0', host = 'elsewhere', pid = 4242")
+        with pytest.raises(LedgerBusy, match="was taken over by holder elsewhere:4242:1.0"):
+            ledger.renew_lease("artifact")
+
+
+def test_the_lease_knobs_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="run_id=''"):
+        SqliteLedger(tmp_path / "a.sqlite", run_id="")
+    with pytest.raises(ValueError, match="lease_seconds"):
+        SqliteLedger(tmp_path / "a.sqlite", lease_seconds=0)
