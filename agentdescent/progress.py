@@ -158,8 +158,11 @@ def _adopt(ledger: Ledger, artifact_id: str, driver: str | None, progress: Saved
     head = ledger.versions().get(artifact_id)
     if head is None or head <= saved_head:
         return  # the common case: nothing was committed after the save, no history read
+    holders = progress.state.get("holders")
+    mine = set(holders) if isinstance(holders, list) else None  # the processes that drove this record
     orphans = [e for e in ledger.history(artifact_id) if e.version > saved_head and "diff_id" in e.meta
-               and e.meta.get("driver") == driver]
+               and e.meta.get("driver") == driver
+               and (mine is None or "holder" not in e.meta or e.meta["holder"] in mine)]
     reward = progress.last_reward if progress.last_reward is not None else (
         progress.rounds[-1].held_out_reward if progress.rounds else 0.0)
     for entry in orphans:
@@ -178,7 +181,8 @@ def read_progress(ledger: Ledger, run_id: str, *, driver: str | None = None) -> 
     Commits the driver made after its last save (it was killed between a commit and the
     save) are adopted: each version above the head the save recorded whose audit record
     is the engine's (it has a ``diff_id``) and the driver's (``"driver"`` is ``driver``,
-    absent for an unshared one) becomes one more round (``committed=1``, no tokens: what
+    absent for an unshared one; ``"holder"``, when there, one of the processes that drove
+    the record, so a ``resume=False`` run's commits are never taken for its own) becomes one more round (``committed=1``, no tokens: what
     that round spent was never saved; its held-out reward repeats the last saved one), and
     ``orphan_commits_adopted`` in the counters counts them. So the rounds' commits equal the
     ledger's. A resumed run continues after them.
@@ -258,6 +262,7 @@ class ProgressStore:
         self.run_id = progress_key(run_id, self.driver)
         self.enabled = enabled
         self._rounds_saved = 0
+        self._holders: list[str] = []  # the processes that drove this record (their commits are signed)
 
     def _lease(self, member: str) -> None:
         method = getattr(self.ledger, member, None)
@@ -275,14 +280,26 @@ class ProgressStore:
         if not self.enabled:
             return None
         saved = read_progress(self.ledger, self.artifact_id, driver=self.driver)
+        holder = getattr(self.ledger, "holder", None)
         if saved is not None:
             self._rounds_saved = len(saved.rounds) - len(saved.adopted)  # adopted rounds are not stored yet
+            known = saved.state.get("holders")
+            self._holders = [h for h in known if isinstance(h, str)] if isinstance(known, list) else []
+            if isinstance(holder, str) and holder not in self._holders:
+                # This process joins the record's drivers now, so a commit of its first round
+                # is adopted too if it dies before that round's save.
+                self._holders.append(holder)
+                stored = self.ledger.load_run_state(self.run_id) or {}
+                stored.pop("history", None)
+                self.ledger.save_run_state(self.run_id, {**stored, "holders": self._holders}, [])
         else:
             # A start record (no rounds, the head the run starts on), so that a commit of its
             # first round is adopted too if the run dies before that round's save.
+            self._holders = [holder] if isinstance(holder, str) else []
             self.ledger.save_run_state(self.run_id, {
                 "format": RUN_STATE_FORMAT, "usage": Usage().to_json(), "initial_reward": None,
-                "last_reward": None, "head": {"version": self.ledger.head(self.artifact_id)[0]}, "round_count": 0})
+                "last_reward": None, "head": {"version": self.ledger.head(self.artifact_id)[0]},
+                "holders": self._holders, "round_count": 0})
         return saved
 
     def close(self) -> None:
@@ -297,7 +314,7 @@ class ProgressStore:
             return
         new_rounds = [h.to_json() for h in history[max(0, self._rounds_saved - 1):]]
         # round_count lets a load tell a lost last round from a run that did not get further.
-        self.ledger.save_run_state(self.run_id, {"format": RUN_STATE_FORMAT, **state,
+        self.ledger.save_run_state(self.run_id, {"format": RUN_STATE_FORMAT, **state, "holders": self._holders,
                                                  "round_count": len(history)}, new_rounds)
         self._rounds_saved = len(history)
 

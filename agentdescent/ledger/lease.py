@@ -23,8 +23,9 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import LedgerBusy
 
@@ -277,6 +278,21 @@ class LeaseHolder:
     def run_id(self) -> str | None:
         """This driver's run id when it shares the file's artifacts (``SqliteLedger(run_id=...)``), else None."""
         return self._run_id
+
+    @property
+    def holder(self) -> str:
+        """This process's holder id, ``host:pid:start time``."""
+        return holder_id()
+
+    def sign(self, artifact_id: str, meta: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """``meta`` with this driver's signature when it holds the lease on ``artifact_id``: ``"holder"``
+        (this process) and, for a sharing driver, ``"driver"`` (its run id); else ``meta`` as given."""
+        if artifact_id not in self._leased:
+            return meta
+        signed = {**(meta or {}), "holder": holder_id()}
+        if self._run_id is not None:
+            signed["driver"] = self._run_id
+        return signed
 
     def _key(self, artifact_id: str) -> tuple[str, str, str]:
         return (os.path.realpath(str(self._path)), artifact_id, self._run_id or "")

@@ -692,8 +692,7 @@ class SqliteLedger(LeaseHolder, Ledger):
         _check_artifact_id(artifact_id)
         copy = _check_state(artifact_id, new_state, "new_state")
         base = _check_base_version(artifact_id, base_version)
-        if self._run_id is not None:  # a sharing driver signs its commits (a resume adopts its own)
-            meta = {**(meta or {}), "driver": self._run_id}
+        meta = self.sign(artifact_id, meta)  # a leased driver signs its commits (a resume adopts its own)
         meta_json = _meta_json(artifact_id, meta)
         state_json = json.dumps(copy, sort_keys=True)
         with self._write(f"commit({artifact_id!r})") as conn:

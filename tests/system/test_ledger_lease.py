@@ -45,7 +45,8 @@ if args.get("kill_after_commit_round"):
 ledger = SqliteLedger(args["path"], run_id=args["run_id"]) if args.get("run_id") else args["path"]
 try:
     result = evolve(**RouterDomain(seed=args["seed"], latency=args["latency"]).evolve_kwargs(),
-                    rounds=args["rounds"], seed=args["seed"], ledger=ledger, max_concurrency=4)
+                    rounds=args["rounds"], seed=args["seed"], ledger=ledger, max_concurrency=4,
+                    resume=args.get("resume", True))
 except LedgerBusy as err:
     print(json.dumps({"busy": str(err), "holder_pid": err.pid}))
     sys.exit(3)
@@ -56,9 +57,9 @@ print(json.dumps({"pid": os.getpid(), "rounds": len(result.history), "tokens": r
 
 
 def _start(path: Path, *, rounds: int, seed: int = 0, latency: float = 0.002, run_id: str | None = None,
-           kill_after_commit_round: int | None = None) -> subprocess.Popen[str]:
+           kill_after_commit_round: int | None = None, resume: bool = True) -> subprocess.Popen[str]:
     args = {"path": str(path), "rounds": rounds, "seed": seed, "latency": latency, "run_id": run_id,
-            "kill_after_commit_round": kill_after_commit_round}
+            "kill_after_commit_round": kill_after_commit_round, "resume": resume}
     return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -216,3 +217,17 @@ def test_the_lease_knobs_are_checked(tmp_path: Path) -> None:
         SqliteLedger(tmp_path / "a.sqlite", run_id="")
     with pytest.raises(ValueError, match="lease_seconds"):
         SqliteLedger(tmp_path / "a.sqlite", lease_seconds=0)
+
+
+def test_the_commits_of_a_run_that_saved_nothing_are_not_adopted(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    assert _finish(_start(path, rounds=2))[0] == 0
+    with SqliteLedger(path) as ledger:
+        before = read_progress(ledger, "artifact")
+    assert before is not None and before.adopted == []
+    code, out = _finish(_start(path, rounds=6, seed=1, resume=False))  # a new run on the same head, unsaved
+    assert code == 0 and out["commits"] > 0, out
+    with SqliteLedger(path) as ledger:
+        after = read_progress(ledger, "artifact")
+        assert ledger.head("artifact")[0] == before.head_version + out["commits"]
+    assert after is not None and after.adopted == [] and len(after.rounds) == len(before.rounds)
