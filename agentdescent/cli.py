@@ -12,7 +12,9 @@ An API key is never written anywhere.
 Commands: ``demo``, ``init``, ``plan``, ``run``, ``status``, ``show``, ``resume``,
 ``eval``, ``export``, ``report``; each has ``--help``. Exit codes: 0 done, 1 the run (or
 ``eval``'s model calls) failed (the message names the cause), 2 usage error (a bad flag,
-or a missing or malformed file, naming the line).
+or a missing, malformed or damaged file, naming it), each in one line without a traceback
+(`_main` is the one boundary). ``run`` and ``resume`` hold the run directory's lock
+(`agentdescent.runlock`) from before they read anything; the other commands never take it.
 
 The ``--reward`` names are `agentdescent.rewards.by_name`'s (one home for each rule), plus
 ``MODULE:FUNC``; each built-in returns a `agentdescent.rewards.Score` whose feedback
@@ -31,9 +33,9 @@ import difflib
 import json
 import math
 import os
-import re
 import shlex
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,10 @@ from .aggregator import AggregatorConfig
 from .demo import main as demo_main
 from .errors import (
     AgentDescentError,
+    ContractError,
+    GovernanceError,
+    InvalidArgument,
+    LedgerError,
     ProviderError,
     UsageError,
 )
@@ -53,17 +59,34 @@ from .plan import cmd_plan
 from .progress import read_progress
 from .report import build_report
 from .result import RoundInfo
-from .rundir import SPEC_FORMAT, RunDir, atomic_write, load_tasks, now, read_json, write_tasks
+from .rundir import (
+    SPEC_FORMAT,
+    RunDir,
+    atomic_write,
+    check_output,
+    load_tasks,
+    now,
+    read_json,
+    write_output,
+    write_tasks,
+)
+from .runlock import hold
 from .runspec import (
     ARTIFACT_ID,
     DEFAULT_KEY_ENV,
     REWARD_HELP,
     check_answers,
+    check_base_url,
+    check_key_env,
+    check_reward_call,
     initial_state,
+    ledger_problem,
     load_versions,
     make_agent,
     make_reward,
     make_strategy,
+    no_ledger,
+    redact,
 )
 from .testset import evaluate
 
@@ -73,12 +96,6 @@ __all__ = ["EXIT_INTERRUPTED", "SPEC_FORMAT", "UsageError", "main"]
 EXIT_INTERRUPTED = 130
 
 # --------------------------------------------------------------------------- commands
-
-
-def _env_name(value: str | None, flag: str) -> str | None:
-    if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-        raise UsageError(f"{flag} {value!r}: give the NAME of an environment variable, not the key")
-    return value
 
 
 def _proposer_spec(args: argparse.Namespace, api_key_env: str) -> dict[str, Any] | None:
@@ -92,7 +109,7 @@ def _proposer_spec(args: argparse.Namespace, api_key_env: str) -> dict[str, Any]
         return None
     kind = args.proposer_provider or args.provider
     same = kind == args.provider
-    env = _env_name(args.proposer_api_key_env, "--proposer-api-key-env") or (
+    env = check_key_env(args.proposer_api_key_env, "--proposer-api-key-env") or (
         api_key_env if same else DEFAULT_KEY_ENV[kind])
     base_url = args.proposer_base_url if args.proposer_base_url is not None else (args.base_url if same else None)
     return {"model": args.proposer_model, "provider": kind, "base_url": base_url, "api_key_env": env}
@@ -102,9 +119,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     if run.spec_file.exists() and not args.force:
         raise UsageError(f"{run.spec_file} exists; pick a new RUN_DIR, or pass --force to replace the spec")
+    api_key_env = check_key_env(args.api_key_env, "--api-key-env") or DEFAULT_KEY_ENV[args.provider]
+    check_base_url(args.base_url, "--base-url")
+    check_base_url(args.proposer_base_url, "--proposer-base-url")
     tasks = load_tasks(Path(args.tasks))
     reward = make_reward(args.reward, Path(args.run_dir))  # fail now on a bad reward, not mid-run
     check_answers(args.reward, reward, tasks, f"--tasks {args.tasks}")
+    check_reward_call(args.reward, reward, tasks, f"--tasks {args.tasks}")
     test_tasks = None
     if args.test_tasks:
         test_tasks = load_tasks(Path(args.test_tasks), "--test-tasks", minimum=1)
@@ -120,7 +141,6 @@ def cmd_init(args: argparse.Namespace) -> int:
             initial_text = Path(args.initial).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--initial {args.initial}: cannot read it ({exc})") from None
-    api_key_env = _env_name(args.api_key_env, "--api-key-env") or DEFAULT_KEY_ENV[args.provider]
     proposer = _proposer_spec(args, api_key_env)
     spec = {
         "format": SPEC_FORMAT, "tasks": "tasks.jsonl", "model": args.model, "provider": args.provider,
@@ -139,14 +159,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     if not 0.0 < args.false_accept_rate <= 0.5:
         raise UsageError(f"--false-accept-rate {args.false_accept_rate}: use a rate in (0, 0.5], e.g. 0.05")
     make_strategy(spec, tasks)
-    run.path.mkdir(parents=True, exist_ok=True)
-    write_tasks(run.tasks_file, tasks)
-    if test_tasks:
-        write_tasks(run.test_tasks_file, test_tasks)
+    if run.spec_file.exists():  # --force: not under a run that is going on
+        with hold(run.path, "init"):
+            _write_init(run, spec, tasks, test_tasks)
     else:
-        with contextlib.suppress(FileNotFoundError):
-            run.test_tasks_file.unlink()  # a --force re-init without a test set
-    atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
+        run.path.mkdir(parents=True, exist_ok=True)
+        _write_init(run, spec, tasks, test_tasks)
     print(f"initialised {run.path}: {len(tasks)} tasks, model {args.model} ({args.provider}), "
           f"reward {args.reward}, strategy {args.strategy}; the key is read from ${api_key_env} at run time")
     if proposer:
@@ -158,13 +176,23 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_init(run: RunDir, spec: dict[str, Any], tasks: Sequence[Any], test_tasks: Sequence[Any] | None) -> None:
+    write_tasks(run.tasks_file, tasks)
+    if test_tasks:
+        write_tasks(run.test_tasks_file, test_tasks)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            run.test_tasks_file.unlink()  # a --force re-init without a test set
+    atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
+
+
 def _write_rounds(run: RunDir, rounds: Sequence[RoundInfo]) -> None:
     """Rewrite ``rounds.jsonl`` from the ledger's rounds (the one store of them), atomically.
 
     A round's ``ended`` time is the wall time its line was first written, kept from the
     file when the line is rewritten.
     """
-    ended = {row.get("round"): row.get("ended") for row in run.rounds()}
+    ended = {row["round"]: row.get("ended") for row in run.rounds() if isinstance(row.get("round"), int)}
     total = 0
     lines = []
     for info in rounds:
@@ -176,83 +204,97 @@ def _write_rounds(run: RunDir, rounds: Sequence[RoundInfo]) -> None:
 
 
 def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, max_tokens: int | None,
-             asynchronous: bool, patience: int | None = None) -> int:
+             asynchronous: bool, patience: int | None = None, restart: bool = False) -> int:
     """Run (or go on with) the run in ``run``; the ledger's saved progress decides which.
 
     Ctrl-C ends it with one line saying what was kept and how to go on (exit 130). An
-    async run counts merges, not rounds: ``rounds * workers`` rollouts in all.
+    async run counts merges, not rounds: ``rounds * workers`` rollouts in all. Once the
+    run's parts are built, ``restart`` deletes the ledger, rounds, result and status, and
+    the spec (with this run's settings) is written. What fails before the
+    status says "running" (a bad file, a damaged ledger) is the caller's to report; once
+    it says so, any failure writes the state ``failed`` and exits 1.
     """
     tasks = load_tasks(run.tasks_file)
     reward = make_reward(spec["reward"], run.path)
     strategy = make_strategy(spec, tasks)
     test_tasks = load_tasks(run.test_tasks_file, "--test-tasks", minimum=1) if spec.get("test_tasks") else None
     agent = make_agent(spec)
+    if restart:  # only now: a refused run deletes nothing
+        for f in (run.ledger_file, *(run.path / f"ledger.sqlite{end}" for end in ("-wal", "-shm", "-journal")),
+                  run.rounds_file, run.result_file, run.status_file):
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+    atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
     ledger = SqliteLedger(run.ledger_file)
-    saved = read_progress(ledger, ARTIFACT_ID)
-    _write_rounds(run, saved.rounds if saved else [])
-    spent_before = saved.tokens if saved else 0
-    done_before = len(saved.rounds) if saved else 0
-    previous = read_json(run.status_file, "status.json") if run.status_file.exists() else {}
-    status: dict[str, Any] = {
-        "state": "running", "pid": os.getpid(), "started": now(), "round": done_before,
-        "unit": "merge" if asynchronous else "round",
-        "head_version": ledger.versions().get(ARTIFACT_ID), "held_out_reward": previous.get("held_out_reward"),
-        "initial_reward": previous.get("initial_reward"), "tokens": spent_before, "stop_reason": None,
-        "max_tokens": max_tokens, "rounds_planned": None if asynchronous else done_before + rounds,
-        "rollouts_planned": rounds * workers if asynchronous else None, "error": None, "why": None,
-    }
-    run.write_status(status)
-    new_tokens = [0]
-
-    def on_round(info: RoundInfo) -> None:
-        new_tokens[0] += info.tokens
-        row = round_record(info, spent_before + new_tokens[0])
-        row["ended"] = now()
-        run.append_round(row)
-        status.update(round=info.index, head_version=info.head_version, held_out_reward=info.held_out_reward,
-                      tokens=row["tokens_total"])
-        run.write_status(status)
-
-    agg = AggregatorConfig(false_accept_rate=spec["false_accept_rate"]) if spec.get("false_accept_rate") else None
-    kwargs: dict[str, Any] = dict(
-        agent=agent, strategy=strategy, initial_state=initial_state(spec, strategy), artifact_id=ARTIFACT_ID,
-        n_workers=workers, seed=int(spec.get("seed", 0)), held_out_frac=spec.get("held_out_frac", 0.4),
-        max_tokens=max_tokens, ledger=ledger, on_round=on_round, progress=True, test_tasks=test_tasks,
-        stratify=spec.get("stratify"), patience=patience, agg_config=agg,
-    )
     try:
-        if asynchronous:
-            result = evolve(tasks, reward, asynchronous=True, max_rollouts=rounds * workers,
-                            max_seconds=24 * 3600.0, **kwargs)
-        else:
-            result = evolve(tasks, reward, rounds=rounds, max_concurrency=workers, **kwargs)
-    except KeyboardInterrupt:
-        kept = read_progress(ledger, ARTIFACT_ID)  # what a resume starts from (a round can end unsaved)
-        done, unit, head = len(kept.rounds) if kept else 0, status["unit"], ledger.versions().get(ARTIFACT_ID)
-        status.update(state="interrupted", stop_reason="interrupted", round=done, head_version=head)
+        saved = read_progress(ledger, ARTIFACT_ID)
+        _write_rounds(run, saved.rounds if saved else [])
+        spent_before = saved.tokens if saved else 0
+        done_before = len(saved.rounds) if saved else 0
+        previous = read_json(run.status_file, "status.json") if run.status_file.exists() else {}
+        status: dict[str, Any] = {
+            "state": "running", "pid": os.getpid(), "started": now(), "round": done_before,
+            "unit": "merge" if asynchronous else "round",
+            "head_version": ledger.versions().get(ARTIFACT_ID), "held_out_reward": previous.get("held_out_reward"),
+            "initial_reward": previous.get("initial_reward"), "tokens": spent_before, "stop_reason": None,
+            "max_tokens": max_tokens, "rounds_planned": None if asynchronous else done_before + rounds,
+            "rollouts_planned": rounds * workers if asynchronous else None, "error": None, "why": None,
+        }
         run.write_status(status)
+        try:
+            new_tokens = [0]
+
+            def on_round(info: RoundInfo) -> None:
+                new_tokens[0] += info.tokens
+                row = round_record(info, spent_before + new_tokens[0])
+                row["ended"] = now()
+                run.append_round(row)
+                status.update(round=info.index, head_version=info.head_version,
+                              held_out_reward=info.held_out_reward, tokens=row["tokens_total"])
+                run.write_status(status)
+
+            agg = AggregatorConfig(false_accept_rate=spec["false_accept_rate"]) \
+                if spec.get("false_accept_rate") else None
+            kwargs: dict[str, Any] = dict(
+                agent=agent, strategy=strategy, initial_state=initial_state(spec, strategy),
+                artifact_id=ARTIFACT_ID, n_workers=workers, seed=int(spec.get("seed", 0)),
+                held_out_frac=spec.get("held_out_frac", 0.4), max_tokens=max_tokens, ledger=ledger,
+                on_round=on_round, progress=True, test_tasks=test_tasks, stratify=spec.get("stratify"),
+                patience=patience, agg_config=agg,
+            )
+            if asynchronous:
+                result = evolve(tasks, reward, asynchronous=True, max_rollouts=rounds * workers,
+                                max_seconds=24 * 3600.0, **kwargs)
+            else:
+                result = evolve(tasks, reward, rounds=rounds, max_concurrency=workers, **kwargs)
+            result.save(run.result_file)
+            _write_rounds(run, result.history)  # the last round's tokens settled at the end (the test set's scoring)
+            final = None if math.isnan(result.final_reward) else result.final_reward
+            why = likely_cause(run.rounds()) if not result.error else None
+            error = redact(result.error) if result.error else None
+            status.update(state="failed" if result.error else "finished", stop_reason=result.stop_reason,
+                          head_version=result.version, error=error, finished=now(),
+                          initial_reward=result.initial_reward, held_out_reward=final,
+                          tokens=result.usage.total_tokens, round=len(result.history),
+                          test=_test_summary(result.test), why=why)
+            run.write_status(status)
+        except KeyboardInterrupt:
+            kept = read_progress(ledger, ARTIFACT_ID)  # what a resume starts from (a round can end unsaved)
+            done, unit, head = len(kept.rounds) if kept else 0, status["unit"], ledger.versions().get(ARTIFACT_ID)
+            status.update(state="interrupted", stop_reason="interrupted", round=done, head_version=head)
+            run.write_status(status)
+            kept = (f"head v{head} and every commit before it" if head else "nothing committed yet")
+            print(f"\ninterrupted after {done} finished {unit}(s); the ledger keeps {kept}; go on with "
+                  f"`agentdescent resume {run.path}`", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except Exception as exc:  # never left "running": whatever ended the run is its error
+            status.update(state="failed", error=_error_line(exc), finished=now())
+            with contextlib.suppress(OSError):
+                run.write_status(status)
+            print(f"agentdescent: the run failed: {status['error']}", file=sys.stderr)
+            return 2 if isinstance(exc, InvalidArgument) else 1  # a bad knob in the spec is bad input
+    finally:
         ledger.close()
-        kept = (f"head v{head} and every commit before it" if head else "nothing committed yet")
-        print(f"\ninterrupted after {done} finished {unit}(s); the ledger keeps {kept}; go on with "
-              f"`agentdescent resume {run.path}`", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except AgentDescentError as exc:
-        status.update(state="failed", error=str(exc), finished=now())
-        run.write_status(status)
-        ledger.close()
-        print(f"agentdescent: the run failed: {exc}", file=sys.stderr)
-        return 1
-    ledger.close()
-    result.save(run.result_file)
-    _write_rounds(run, result.history)  # the last round's tokens settled at the end (the test set's final scoring)
-    final = None if math.isnan(result.final_reward) else result.final_reward
-    why = likely_cause(run.rounds()) if not result.error else None
-    status.update(state="failed" if result.error else "finished", stop_reason=result.stop_reason,
-                  head_version=result.version, error=result.error, finished=now(),
-                  initial_reward=result.initial_reward, held_out_reward=final,
-                  tokens=result.usage.total_tokens, round=len(result.history), test=_test_summary(result.test),
-                  why=why)
-    run.write_status(status)
     shown = "?" if final is None else f"{final:.3f}"
     start = "?" if result.initial_reward is None else f"{result.initial_reward:.3f}"
     print(f"{status['state']}: {result.stop_reason} after {status['unit']} {len(result.history)}; held-out "
@@ -263,8 +305,8 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
     if why:
         print(f"why: {why}")
         print(f"(each round in detail: agentdescent status {run.path} --verbose)")
-    if result.error:
-        print(f"agentdescent: the run failed: {result.error}", file=sys.stderr)
+    if error:
+        print(f"agentdescent: the run failed: {error}", file=sys.stderr)
         return 1
     return 0
 
@@ -280,52 +322,68 @@ def _test_summary(test: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _test_line(test: dict[str, Any]) -> str:
     """``test set: 0.400 -> 0.650 (difference +0.250, 95% interval [+0.10, +0.40])``."""
-    start = "?" if test.get("initial") is None else f"{test['initial']:.3f}"
-    end = "? (the final head was not scored)" if test.get("final") is None else f"{test['final']:.3f}"
+    initial, final = _real(test.get("initial")), _real(test.get("final"))
+    start = "?" if initial is None else f"{initial:.3f}"
+    end = "? (the final head was not scored)" if final is None else f"{final:.3f}"
     line = f"test set: {start} -> {end}"
     diff = test.get("difference")
-    if diff:
-        line += f" (difference {diff['mean']:+.3f}, 95% interval [{diff['low']:+.2f}, {diff['high']:+.2f}])"
+    numbers = [_real(diff.get(k)) for k in ("mean", "low", "high")] if isinstance(diff, dict) else [None]
+    if None not in numbers:
+        mean, low, high = numbers
+        line += f" (difference {mean:+.3f}, 95% interval [{low:+.2f}, {high:+.2f}])"
     return line
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
+    with hold(run.path, "run"):  # before anything is read: one driver per run directory
+        return _run(run, args)
+
+
+def _run(run: RunDir, args: argparse.Namespace) -> int:
     spec = run.spec()
-    if run.status().get("state") == "running":
-        raise UsageError(f"{run.path} is running (pid {run.status().get('pid')}); wait for it or stop it first")
+    if not run.ledger_file.exists() and run.status_file.exists() and not args.restart:
+        raise no_ledger(run)
     if run.ledger_file.exists() and not args.restart:
         raise UsageError(f"{run.path} has already run; `agentdescent resume {run.path}` continues it "
                          "(or pass --restart to start over, which deletes its ledger)")
-    if args.restart:
-        for f in (run.ledger_file, run.rounds_file, run.result_file, run.status_file):
-            with contextlib.suppress(FileNotFoundError):
-                f.unlink()
     spec.update(run_rounds=args.rounds, run_workers=args.workers, run_max_tokens=args.max_tokens,
                 run_async=args.asynchronous, run_patience=args.patience, run_command=_command_line(args))
-    atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
     return _execute(run, spec, rounds=args.rounds, workers=args.workers, max_tokens=args.max_tokens,
-                    asynchronous=args.asynchronous, patience=args.patience)
+                    asynchronous=args.asynchronous, patience=args.patience, restart=args.restart)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
+    with hold(run.path, "resume"):  # before anything is read: one driver per run directory
+        return _resume(run, args)
+
+
+def _resume(run: RunDir, args: argparse.Namespace) -> int:
     spec = run.spec()
-    state = run.status().get("state")
-    if state == "running":
-        raise UsageError(f"{run.path} is still running (pid {run.status().get('pid')})")
     if not run.ledger_file.exists():
-        raise UsageError(f"{run.path} has not run yet; use `agentdescent run {run.path}`")
+        raise no_ledger(run)
     with SqliteLedger(run.ledger_file) as ledger:
         saved = read_progress(ledger, ARTIFACT_ID)
     done = len(saved.rounds) if saved else 0
     planned = spec.get("run_rounds", 15)
     rounds = args.rounds if args.rounds is not None else max(1, planned - done)
     spec["run_command"] = _command_line(args)
-    atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
     return _execute(run, spec, rounds=rounds, workers=spec.get("run_workers", 4),
                     max_tokens=spec.get("run_max_tokens"), asynchronous=bool(spec.get("run_async")),
                     patience=spec.get("run_patience"))
+
+
+def _real(value: Any) -> float | None:
+    """A finite real number from a file a hand may have edited, else None (a bool or a string is not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> str:
+    number = _real(value)
+    return "?" if number is None else f"{int(number):,}"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -333,31 +391,41 @@ def cmd_status(args: argparse.Namespace) -> int:
     run.spec()
     status = run.status()
     rounds = run.rounds()
-    unit = status.get("unit", "round")
-    print(f"state: {status.get('state')}")
+    unit = "merge" if status.get("unit") == "merge" else "round"
+    state = status.get("state")
+    line = f"state: {state}"
+    if state == "running" and status.get("pid"):
+        line += f" (pid {status['pid']}" + (f", since {status['since']}" if status.get("since") else "") + ")"
+    problem = ledger_problem(run) if state in ("finished", "failed", "interrupted") else None
+    if problem:
+        line += f", but ledger.sqlite is {problem[0]}"
+    print(line)
+    if problem and problem[1]:
+        print(f"ledger: {redact(problem[1])}")
     if unit == "merge":
-        planned = f" (up to {status['rollouts_planned']} rollouts)" if status.get("rollouts_planned") else ""
-        print(f"merges: {status.get('round', 0)}{planned}")
+        planned = f" (up to {_count(status['rollouts_planned'])} rollouts)" if status.get("rollouts_planned") else ""
+        print(f"merges: {_count(status.get('round', 0))}{planned}")
     else:
-        print(f"round: {status.get('round', 0)}" + (f" of {status['rounds_planned']}" if status.get("rounds_planned")
-                                                    else ""))
+        print(f"round: {_count(status.get('round', 0))}" + (
+            f" of {_count(status['rounds_planned'])}" if status.get("rounds_planned") else ""))
     print(f"head version: {status.get('head_version')}")
-    reward = status.get("held_out_reward")
+    reward = _real(status.get("held_out_reward"))
     print(f"held-out reward: {reward if reward is None else format(reward, '.3f')}")
-    print(f"tokens spent: {status.get('tokens', 0):,}" + (f" of {status['max_tokens']:,}" if status.get("max_tokens")
-                                                         else ""))
+    print(f"tokens spent: {_count(status.get('tokens', 0))}" + (
+        f" of {_count(status['max_tokens'])}" if status.get("max_tokens") else ""))
     print(f"stop reason: {status.get('stop_reason')}")
     if status.get("error"):
-        print(f"error: {status['error']}")
+        print(f"error: {redact(str(status['error']))}")
     if rounds:
-        print(f"commits: {sum(r['committed'] for r in rounds)} in {len(rounds)} {unit}(s)")
-    if status.get("test"):
+        commits = sum(int(_real(r.get("committed")) or 0) for r in rounds)
+        print(f"commits: {commits} in {len(rounds)} {unit}(s)")
+    if isinstance(status.get("test"), dict):
         print(_test_line(status["test"]))
     if args.verbose:
         for row in rounds:
             print()
             print("\n".join(round_lines(row)))
-    why = status.get("why") or (likely_cause(rounds) if status.get("state") != "running" else None)
+    why = status.get("why") or (likely_cause(rounds) if state != "running" else None)
     if why:
         print(f"{'' if not args.verbose else chr(10)}why: {why}")
     return 0
@@ -366,11 +434,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _reward_of(run: RunDir) -> dict[int, float]:
     rewards: dict[int, float] = {}
     status = run.status()
-    if status.get("initial_reward") is not None:
-        rewards[1] = status["initial_reward"]
+    if _real(status.get("initial_reward")) is not None:
+        rewards[1] = float(status["initial_reward"])
     for row in run.rounds():
-        if row.get("head_version") is not None:
-            rewards[row["head_version"]] = row["held_out_reward"]
+        version, reward = row.get("head_version"), _real(row.get("held_out_reward"))
+        if isinstance(version, int) and reward is not None:
+            rewards[version] = reward
     return rewards
 
 
@@ -405,13 +474,15 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _show_round(run: RunDir, index: int) -> int:
     """``show --round N``: the round's record in words, and the diff of each commit it made."""
-    rows = {row.get("round"): row for row in run.rounds()}
+    rows = {row["round"]: row for row in run.rounds() if isinstance(row.get("round"), int)}
     if index not in rows:
         raise UsageError(f"--round {index}: no such round; {run.path} has " + (
             f"rounds 1..{max(rows)}" if rows else "no finished round yet"))
     row = rows[index]
     print("\n".join(round_lines(row)))
-    versions = [d["committed_version"] for d in row.get("decisions") or [] if d.get("committed_version")]
+    decisions = row.get("decisions") if isinstance(row.get("decisions"), list) else []
+    versions = [d["committed_version"] for d in decisions if isinstance(d, dict) and
+                isinstance(d.get("committed_version"), int)]
     if versions:
         states, strategy = load_versions(run)
         for v in versions:
@@ -428,14 +499,6 @@ def _command_line(args: argparse.Namespace) -> str:
     return shlex.join(["agentdescent", *getattr(args, "argv", [])])
 
 
-def _inside(path: Path, directory: Path) -> bool:
-    try:
-        path.resolve().relative_to(directory.resolve())
-    except ValueError:
-        return False
-    return True
-
-
 def _one_line(text: str, limit: int = 0) -> str:
     text = " ".join(str(text).split())
     return text if not limit or len(text) <= limit else text[: limit - 3] + "..."
@@ -445,12 +508,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     spec = run.spec()
     out = Path(args.json) if args.json else None
-    if out is not None and _inside(out, run.path):
-        raise UsageError(f"--json {out}: inside the run directory; eval writes nothing there, pick a path outside it")
+    if out is not None:  # before any call: nothing is spent on an evaluation it cannot write
+        check_output(out, run.path, "--json", force=args.force)
     tasks = load_tasks(Path(args.tasks), "--tasks", minimum=1)
     reward = make_reward(spec["reward"], run.path)
     check_answers(spec["reward"], reward, tasks, f"--tasks {args.tasks}")
-    if run.ledger_file.exists():
+    if run.ledger_file.exists() or run.status_file.exists():
         states, strategy = load_versions(run)
         version = _pick(states, args.version, "--version")
         state, label = states[version], f"v{version} of {max(states)}"
@@ -471,12 +534,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         evaluation = evaluate(tasks, reward, agent=agent, state=state, strategy=strategy, repeats=args.repeats,
                               max_concurrency=args.workers)
     except ProviderError as exc:
-        print(f"agentdescent eval: the model call failed: {_one_line(exc, 400)}", file=sys.stderr)
+        print(f"agentdescent eval: the model call failed: {redact(_one_line(exc, 400))}", file=sys.stderr)
         return 1
     except UsageError:
         raise
     except AgentDescentError as exc:
-        print(f"agentdescent eval: the evaluation failed: {_one_line(exc, 400)}", file=sys.stderr)
+        print(f"agentdescent eval: the evaluation failed: {redact(_one_line(exc, 400))}", file=sys.stderr)
         return 1
     low, high = evaluation.interval()
     draws = "1 draw" if args.repeats == 1 else f"{args.repeats} draws"
@@ -489,29 +552,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"  {task_id:<{width}}  {score:.3f}  {feedback}".rstrip())
     print(f"{agent.usage.calls} model calls, {agent.usage.total_tokens} tokens")
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
         data = {"run_dir": str(run.path), "version": version, "tasks_file": str(args.tasks),
                 "model": spec["model"], "reward": spec["reward"], **evaluation.to_json()}
-        atomic_write(out, json.dumps(data, indent=2, sort_keys=True))
+        check_output(out, run.path, "--json", force=args.force)  # again: the calls took a while
+        write_output(out, json.dumps(data, indent=2, sort_keys=True), "--json")
         print(f"wrote {out}")
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
+    out = Path(args.output)
+    check_output(out, run.path, "-o", force=args.force)
     states, strategy = load_versions(run)
     v = _pick(states, args.version, "--version")
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, strategy.render(states[v]) + "\n")
+    write_output(out, strategy.render(states[v]) + "\n", "-o")
     print(f"wrote v{v} to {out}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
-    out = Path(args.output) if args.output else run.path / "report.html"
-    atomic_write(out, build_report(run))
+    out = Path(args.output) if args.output else run.report_file
+    check_output(out, run.path, "-o", force=args.force, allowed=run.report_file)  # its own file is replaced freely
+    page = build_report(run)
+    write_output(out, page, "-o")
     print(f"wrote {out}")
     return 0
 
@@ -543,7 +608,7 @@ class _DefaultsFormatter(argparse.HelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``agentdescent`` argument parser (every command has ``--help``)."""
-    parser = argparse.ArgumentParser(prog="agentdescent", description="Parallel self-evolution of LLM agent artifacts.")
+    parser = _Parser(prog="agentdescent", description="Parallel self-evolution of LLM agent artifacts.")
     parser.add_argument("--version", action="version", version=f"agentdescent {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     defaults = _DefaultsFormatter
@@ -658,12 +723,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive, default=4, metavar="W", help="model calls at once (default 4)")
     p.add_argument("--json", metavar="FILE", default=None,
                    help="also write the evaluation as JSON to FILE, outside the run directory (default: print only)")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists (a regular file only)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("export", help="write the rendered artifact to a file",
                        formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the file to write, outside the run directory")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists (a regular file only)")
     p.add_argument("--version", type=_positive, default=None, help="the version to export (default: the head)")
     p.set_defaults(func=cmd_export)
 
@@ -671,7 +739,9 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("-o", "--output", metavar="FILE.html", default=None,
-                   help="where to write it (default: RUN_DIR/report.html)")
+                   help="where to write it: outside the run directory, or its own RUN_DIR/report.html, replaced "
+                   "freely (default: RUN_DIR/report.html)")
+    p.add_argument("--force", action="store_true", help="replace FILE.html if it exists (a regular file only)")
     p.set_defaults(func=cmd_report)
     return parser
 
@@ -697,10 +767,36 @@ def _main(argv: list[str]) -> int:
     args.argv = argv
     try:
         return int(args.func(args))
-    except UsageError as exc:
-        print(f"agentdescent {args.command}: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:  # outside a run (a run says what it kept)
         print(f"\nagentdescent {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # the reader went away: `main` stops quietly
+    except (ContractError, GovernanceError, LedgerError) as exc:  # bad input: a flag, a missing or damaged file
+        print(f"agentdescent {args.command}: {_error_line(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a model call, the disk, or a fault of agentdescent's: in one line
+        print(f"agentdescent {args.command}: {_error_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def _error_line(exc: BaseException) -> str:
+    """An exception in one line with every key-shaped string redacted; one that is not an
+    `AgentDescentError` (a fault, not a message written for the user) says its type and where it was raised."""
+    text = _one_line(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
+        text += f": {exc.filename}"
+    if not isinstance(exc, AgentDescentError):
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+        text = f"{type(exc).__name__}: {text}{where}"
+    return redact(text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose error line never echoes a key-shaped value (`redact`)."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {redact(message)}\n")
 

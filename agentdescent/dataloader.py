@@ -593,7 +593,9 @@ def _parse_json_records(content: bytes, url: str, status: int) -> list[dict[str,
             ) from exc
     else:
         rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        # split on "\n" only: str.splitlines() also splits at U+2028, U+2029 and U+0085,
+        # which a JSON string may hold raw
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:

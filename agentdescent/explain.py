@@ -7,7 +7,8 @@ scored, gains and losses, the paired test's e-value against its bound, the reaso
 words). `round_lines` prints one record for ``agentdescent status --verbose`` and ``show
 --round``; `likely_cause` reads a run's records and names, in plain words, the most
 likely reason nothing was committed, with what to change. Pure functions over JSON-ready
-dicts: it must not run, read or write anything.
+dicts: it must not run, read or write anything. The readers take a record as a hand may
+have left it: a field of the wrong type reads as missing, never as a crash.
 """
 
 from __future__ import annotations
@@ -36,6 +37,23 @@ def _text(value: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def _n(value: Any) -> float:
+    """A count or a score as a number: anything that is not a real number (a bool, a string) is 0."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else 0.0
+
+
+def _i(value: Any) -> int:
+    return int(_n(value)) if abs(_n(value)) < 1e18 else 0
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def decision_record(report: MergeReport) -> dict[str, Any]:
     """One merge decision, JSON-ready: outcome, reason, the candidate's text and the paired test's numbers."""
     candidate: list[str] = []
@@ -62,54 +80,57 @@ def round_record(info: RoundInfo, tokens_total: int) -> dict[str, Any]:
     }
 
 
-def _refusals(refused: Mapping[str, int]) -> str:
-    return ", ".join(f"{n} {KIND_WORDS.get(kind, kind)}" for kind, n in sorted(refused.items(), key=lambda kv: -kv[1]))
+def _refusals(refused: Mapping[str, Any]) -> str:
+    return ", ".join(f"{_i(n)} {KIND_WORDS.get(kind, kind)}"
+                     for kind, n in sorted(refused.items(), key=lambda kv: -_n(kv[1])))
 
 
 def _evidence_words(evidence: Mapping[str, Any]) -> str:
-    return (f"scored {evidence['scored']} of {evidence['held_out']} held-out task(s): {evidence['gains']} gained, "
-            f"{evidence['losses']} lost ({evidence['regressions']} regression(s)); candidate "
-            f"{evidence['candidate_mean']:.3f} against the head's {evidence['head_mean']:.3f}; "
-            f"e-value {evidence['e_value']:.2f} against {evidence['threshold']:.0f}")
+    e = {k: _n(evidence.get(k)) for k in ("scored", "held_out", "gains", "losses", "regressions", "candidate_mean",
+                                          "head_mean", "e_value", "threshold")}
+    return (f"scored {e['scored']:.0f} of {e['held_out']:.0f} held-out task(s): {e['gains']:.0f} gained, "
+            f"{e['losses']:.0f} lost ({e['regressions']:.0f} regression(s)); candidate "
+            f"{e['candidate_mean']:.3f} against the head's {e['head_mean']:.3f}; "
+            f"e-value {e['e_value']:.2f} against {e['threshold']:.0f}")
 
 
 def round_lines(record: Mapping[str, Any]) -> list[str]:
     """One round's record in words: a heading line, then its proposals and each decision, indented."""
     reward = record.get("held_out_reward")
-    head = (f"round {record.get('round')}: held-out {reward:.3f}" if isinstance(reward, (int, float))
+    head = (f"round {record.get('round')}: held-out {reward:.3f}" if _n(reward) == reward and reward is not None
             else f"round {record.get('round')}")
-    head += f", {record.get('committed', 0)} commit(s), {record.get('tokens', 0):,} tokens"
-    if record.get("seconds"):
-        head += f", {record['seconds']:.1f} s"
+    head += f", {_i(record.get('committed', 0))} commit(s), {_i(record.get('tokens', 0)):,} tokens"
+    if _n(record.get("seconds")):
+        head += f", {_n(record['seconds']):.1f} s"
     lines = [head]
     proposals = record.get("proposals")
-    if proposals is None:
-        lines.append(f"  proposals: not recorded ({record.get('cards', 0)} card(s))")
+    if not isinstance(proposals, Mapping):
+        lines.append(f"  proposals: not recorded ({_i(record.get('cards', 0))} card(s))")
     else:
-        line = f"  proposals: {proposals.get('made', 0)} made, {proposals.get('cards', 0)} became card(s)"
+        line = f"  proposals: {_i(proposals.get('made', 0))} made, {_i(proposals.get('cards', 0))} became card(s)"
         if "rules" in proposals:
-            line += f"; {proposals['rules']} rule(s), {proposals.get('declined', 0)} NONE"
-            if proposals.get("refused"):
-                line += f", refused: {_refusals(proposals['refused'])}"
+            line += f"; {_i(proposals['rules'])} rule(s), {_i(proposals.get('declined', 0))} NONE"
+            if _map(proposals.get("refused")):
+                line += f", refused: {_refusals(_map(proposals['refused']))}"
         lines.append(line)
-        for kind, example in sorted((proposals.get("examples") or {}).items()):
+        for kind, example in sorted(_map(proposals.get("examples")).items()):
             lines.append(f"    e.g. {KIND_WORDS.get(kind, kind)}: {_text(example, 160)!r}")
     decisions = record.get("decisions")
-    if decisions is None:  # a record written before decisions were kept
-        decisions = [{"outcome": o, "reason": ""} for o in record.get("outcomes", [])]
+    if not isinstance(decisions, list):  # a record written before decisions were kept
+        decisions = [{"outcome": o, "reason": ""} for o in _list(record.get("outcomes"))]
     if not decisions:
         lines.append("  no merge decision (no card reached the aggregator)")
-    for d in decisions:
-        rule = "; ".join(d.get("candidate") or []) or "(no candidate)"
+    for d in (d for d in decisions if isinstance(d, Mapping)):
+        rule = "; ".join(str(c) for c in _list(d.get("candidate"))) or "(no candidate)"
         lines.append(f"  {d.get('outcome')}: {_text(rule, 160)}")
-        if d.get("evidence"):
+        if _map(d.get("evidence")):
             lines.append(f"    {_evidence_words(d['evidence'])}")
         if d.get("reason"):
             lines.append(f"    why: {_text(d['reason'], 400)}")
     return lines
 
 
-def _proposal_fix(refused: Mapping[str, int], declined: int, made: int) -> str | None:
+def _proposal_fix(refused: Mapping[str, int], declined: float, made: float) -> str | None:
     """What to change when the proposals themselves are the loss (half of them or more refused or NONE)."""
     total = sum(refused.values())
     if total and 2 * total >= made:
@@ -129,14 +150,15 @@ def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
     declined), then where the candidates stopped (no card, the self-verify gate, the
     budget, the paired test, staleness), then what to change for the larger loss.
     """
+    records = [r for r in records if isinstance(r, Mapping)]
     if not records or any(r.get("committed") for r in records):
         return None
     head = f"nothing committed in {len(records)} round(s)"
-    failures = sum(r.get("backend_failures") or 0 for r in records)
-    props = [r.get("proposals") for r in records]
-    made = sum(p.get("made", 0) for p in props if p) if any(props) else None
-    cards = sum(r.get("cards") or 0 for r in records)
-    rollouts = sum(r.get("rollouts") or 0 for r in records)
+    failures = _i(sum(_n(r.get("backend_failures")) for r in records))
+    props = [_map(r.get("proposals")) for r in records]
+    made = _i(sum(_n(p.get("made", 0)) for p in props)) if any(props) else None
+    cards = _i(sum(_n(r.get("cards")) for r in records))
+    rollouts = _i(sum(_n(r.get("rollouts")) for r in records))
     if not made and rollouts == 0 and failures:
         return (f"{head}: {failures} model call(s) failed and no rollout finished; check the server, the model "
                 "name and the key (`agentdescent status` shows the error)")
@@ -147,12 +169,12 @@ def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
     counted = [p for p in props if p and "rules" in p]
     fixes: list[str] = []
     if counted and made:
-        rules = sum(p["rules"] for p in counted)
-        declined = sum(p.get("declined", 0) for p in counted)
+        rules = _i(sum(_n(p["rules"]) for p in counted))
+        declined = _i(sum(_n(p.get("declined", 0)) for p in counted))
         refused: dict[str, int] = {}
         for p in counted:
-            for kind, k in (p.get("refused") or {}).items():
-                refused[kind] = refused.get(kind, 0) + k
+            for kind, k in _map(p.get("refused")).items():
+                refused[str(kind)] = refused.get(str(kind), 0) + _i(k)
         summary = f"{made} proposal(s): {rules} rule(s), {declined} NONE, {sum(refused.values())} refused"
         if refused:
             summary += f" ({_refusals(refused)})"
@@ -161,8 +183,8 @@ def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
             fixes.append(fix)
     else:
         summary = f"{made} proposal(s), {cards} card(s)" if made is not None else f"{cards} card(s)"
-    decisions = [d for r in records for d in (r.get("decisions") or [])]
-    measured = [d for d in decisions if d.get("evidence")]
+    decisions = [d for r in records for d in _list(r.get("decisions")) if isinstance(d, Mapping)]
+    measured = [d for d in decisions if _map(d.get("evidence"))]
     gated = [d for d in decisions if str(d.get("reason", "")).startswith("self-verify gate")]
     skipped = [d for d in decisions if str(d.get("reason", "")).startswith("not evaluated")]
     stale = [d for d in decisions if d.get("outcome") == MergeOutcome.ALL_STALE.value]
@@ -171,9 +193,9 @@ def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
     elif not decisions:
         stage = f"{cards} card(s), and no merge decision was reached"
     elif measured:
-        gains = sum(d["evidence"]["gains"] for d in measured)
-        losses = sum(d["evidence"]["losses"] for d in measured)
-        scored = sum(d["evidence"]["scored"] for d in measured)
+        gains = _i(sum(_n(d["evidence"].get("gains")) for d in measured))
+        losses = _i(sum(_n(d["evidence"].get("losses")) for d in measured))
+        scored = _i(sum(_n(d["evidence"].get("scored")) for d in measured))
         stage = (f"{len(measured)} candidate(s) measured on held-out tasks, none passed the paired test ({scored} "
                  f"task(s) scored in all: {gains} gained, {losses} lost)")
         if gated:

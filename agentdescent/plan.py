@@ -28,7 +28,7 @@ from .errors import ProviderAuthError, ProviderError
 from .proposals import DEFAULT_MAX_CHARS, is_blank_artifact
 from .rewards import FEEDBACK_LIMIT
 from .rundir import RunDir, load_tasks
-from .runspec import initial_state, make_agent, make_strategy, proposal_mode
+from .runspec import initial_state, make_agent, make_strategy, proposal_mode, redact
 from .tokens import estimate_tokens
 from .types import Task
 
@@ -325,7 +325,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             probe = probe_call(spec, tasks)
         except ProviderError as exc:
             where = f"; the key is read from ${spec.get('api_key_env')}" if isinstance(exc, ProviderAuthError) else ""
-            print(f"agentdescent plan: the probe call failed: {_one_line(exc)}{where}", file=sys.stderr)
+            print(f"agentdescent plan: the probe call failed: {redact(_one_line(exc))}{where}", file=sys.stderr)
             return 1
     p = plan_numbers(spec, tasks, args.rounds, args.workers, probe=probe, test_tasks=test)
     e, m, t = p["expected"], p["max"], Typical()

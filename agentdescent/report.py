@@ -49,6 +49,16 @@ def _num(value: Any) -> float | None:
     return float(value)
 
 
+def _k(value: Any) -> Any:
+    """``value`` as a dict key: a list or a dict a hand put where a number goes becomes its text."""
+    return value if value is None or isinstance(value, (str, int, float)) else repr(value)
+
+
+def _m(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one (a field of the wrong shape reads as missing)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _f(value: Any, digits: int = 3, *, signed: bool = False) -> str:
     x = _num(value)
     if x is None:
@@ -156,14 +166,16 @@ def _decisions(rows: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | No
     A round's ``decisions`` come from its rounds.jsonl row; an older row without them falls
     back on result.json's history (its merge reports hold the same numbers).
     """
-    history = {h.get("index"): h for h in (result or {}).get("history") or [] if isinstance(h, Mapping)}
+    listed_history = (result or {}).get("history")
+    history = {_k(h.get("index")): h for h in listed_history if isinstance(h, Mapping)} \
+        if isinstance(listed_history, list) else {}
     found: list[dict] = []
     missing: set[int] = set()
     for row in rows:
-        number = row.get("round")
+        number = _k(row.get("round"))
         listed = row.get("decisions")
         if not isinstance(listed, list):
-            listed = (history.get(number) or {}).get("reports")
+            listed = _m(history.get(number)).get("reports")
         if not isinstance(listed, list):
             if row.get("committed") or row.get("outcomes"):
                 missing.add(number)
@@ -312,7 +324,8 @@ def _settings(spec: Mapping[str, Any], counts: Sequence[int | None]) -> str:
     rows.insert(1, ("proposal mode", _e(proposal_mode(dict(spec)))))
     for what, n in zip(("tasks", "test tasks"), counts):
         frac = _num(spec.get("held_out_frac"))
-        held = f" (about {round(n * frac)} held out)" if what == "tasks" and n and frac is not None else ""
+        held = f" (about {round(n * frac)} held out)" if what == "tasks" and n and frac is not None and \
+            0 <= frac <= 1 else ""
         rows.append((what, f"{n}{held}" if n is not None else NOT_RECORDED + " (the file cannot be read)"))
     proposer = spec.get("proposer")
     if isinstance(proposer, Mapping):
@@ -354,9 +367,10 @@ def _test_summary(status: Mapping[str, Any], result: Mapping[str, Any] | None) -
     full = (result or {}).get("test")
     if not isinstance(full, Mapping):
         return None
-    initial, final = full.get("initial"), full.get("final")
-    return {"initial": (initial or {}).get("mean"), "final": (final or {}).get("mean"),
-            "tasks": len((initial or final or {}).get("tasks") or []), "difference": full.get("difference")}
+    initial, final = _m(full.get("initial")), _m(full.get("final"))
+    listed = initial.get("tasks") or final.get("tasks")
+    return {"initial": initial.get("mean"), "final": final.get("mean"),
+            "tasks": len(listed) if isinstance(listed, list) else None, "difference": full.get("difference")}
 
 
 def _test_block(test: Mapping[str, Any] | None, has_test_set: bool) -> str:
@@ -465,7 +479,7 @@ def _commits(states: Mapping[int, Mapping[str, str]], strategy: Any, decisions: 
     versions = sorted(states)
     if len(versions) < 2:
         return "<p>No commit: the artifact is still its starting version, v1.</p>"
-    by_version = {d.get("committed_version"): d for d in decisions if d.get("committed_version") is not None}
+    by_version = {_k(d.get("committed_version")): d for d in decisions if d.get("committed_version") is not None}
     out = [f"<p>{_plural(len(versions) - 1, 'commit')}; each diff is from the version before to the version "
            "it made.</p>"]
     for before, v in zip(versions, versions[1:]):
@@ -544,12 +558,13 @@ def _samples(result: Mapping[str, Any] | None, reason: str, prompts: Mapping[str
         return "".join(out)
     start, end = test.get("initial"), test.get("final")
     scores = [_per_task(start), _per_task(end)]
-    ids = [str(t) for t in ((start or end or {}).get("tasks") or sorted(set(scores[0]) | set(scores[1])))]
+    listed = _m(start).get("tasks") or _m(end).get("tasks")
+    ids = [str(t) for t in (listed if isinstance(listed, list) else sorted(set(scores[0]) | set(scores[1])))]
 
     def text(evaluation: Any, task: str) -> str:
         if not isinstance(evaluation, Mapping):
             return '<span class="nr">not scored</span>'
-        outputs, feedback = evaluation.get("outputs") or {}, evaluation.get("feedback") or {}
+        outputs, feedback = _m(evaluation.get("outputs")), _m(evaluation.get("feedback"))
         cell = f'<div class="out">{_cut(outputs.get(task, ""))}</div>'
         return cell + (f'<div class="fbl">{_cut(feedback[task])}</div>' if feedback.get(task) else "")
 

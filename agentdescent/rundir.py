@@ -3,8 +3,13 @@
 A run directory (made by ``agentdescent init``; see `agentdescent.cli`) holds
 ``spec.json``, ``tasks.jsonl``, ``test_tasks.jsonl`` (with a test set), ``ledger.sqlite``,
 ``rounds.jsonl``, ``status.json`` and ``result.json``. This module reads and writes them:
-`load_tasks` / `write_tasks` for the tasks files (one JSON object per line), and `RunDir`
-for the rest, every JSON file replaced atomically. It must not start a run or print.
+`load_tasks` / `write_tasks` for the tasks files (one JSON object per line, split on
+``"\n"`` only, so a prompt holding U+2028, U+2029 or U+0085 reads back as it was
+written), and `RunDir` for the rest, every JSON file replaced atomically
+(`atomic_write`). `check_output` / `write_output` guard what a command writes at a path
+the user names (``export -o``, ``report -o``, ``eval --json``): never inside the run
+directory, never over anything but a regular file, over an existing file only when
+forced. It must not start a run or print.
 """
 
 from __future__ import annotations
@@ -13,14 +18,18 @@ import contextlib
 import datetime
 import json
 import os
+import secrets
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .runlock import LOCK_NAME, holder
 from .types import Task
 
-__all__ = ["SPEC_FORMAT", "RunDir", "atomic_write", "load_tasks", "now", "read_json", "write_tasks"]
+__all__ = ["SPEC_FORMAT", "RunDir", "atomic_write", "check_output", "jsonl_lines", "load_tasks", "now", "read_json",
+           "write_output", "write_tasks"]
 
 SPEC_FORMAT = "agentdescent-run/1"
 
@@ -29,10 +38,102 @@ SPEC_FORMAT = "agentdescent-run/1"
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file beside it, then a rename)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` atomically: a new temporary file beside it, flushed to disk, then a rename.
+
+    The temporary file is created afresh (never opened through an existing name or a
+    symlink); an existing regular file's permissions are kept. On any failure the
+    temporary file is removed and ``path`` is as it was.
+
+    Raises:
+        OSError: the file cannot be written (the directory is missing or read-only, the
+            disk is full, ``path`` is a directory).
+    """
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(OSError):
+            before = os.lstat(path)
+            if stat.S_ISREG(before.st_mode):
+                os.chmod(tmp, stat.S_IMODE(before.st_mode))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    real, top = Path(os.path.realpath(path)), Path(os.path.realpath(directory))
+    return real == top or top in real.parents
+
+
+def check_output(path: Path, run_dir: Path, flag: str, *, force: bool, allowed: Path | None = None) -> None:
+    """Refuse an output path that would destroy an input, before anything is computed or written.
+
+    Refused: a path inside ``run_dir`` (after following symlinks), except ``allowed``
+    (``report``'s own ``RUN/report.html``, replaced freely); anything there but a regular
+    file (a directory, a symlink, a FIFO, a device, a socket), even with ``force``; an
+    existing file without ``force``.
+
+    Raises:
+        UsageError: naming the flag, the path and what is there.
+    """
+    own = allowed is not None and os.path.realpath(path) == os.path.realpath(allowed)
+    if _inside(path, run_dir) and not own:
+        also = f" ({allowed} is the one file written there)" if allowed is not None else ""
+        raise UsageError(f"{flag} {path}: inside the run directory {run_dir}, whose files are the run's; "
+                         f"pick a path outside it{also}")
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot look at it ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(found.st_mode):
+        kind = next((name for test, name in _KINDS if test(found.st_mode)), "something else")
+        raise UsageError(f"{flag} {path}: {kind}, not a regular file; only a regular file is written (or "
+                         "replaced), so pick another path")
+    if not force and not own:
+        raise UsageError(f"{flag} {path}: exists; pass --force to replace it")
+
+
+def write_output(path: Path, text: str, flag: str) -> None:
+    """Write a command's output file atomically (`atomic_write`), making its folder; nothing is left on failure.
+
+    Raises:
+        UsageError: it cannot be written (the message names the flag, the path and why).
+    """
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True)
+        atomic_write(path, text)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write it ({exc.strerror or exc})") from None
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSONL text, split on ``"\\n"`` only.
+
+    Not `str.splitlines`, which also splits at U+2028, U+2029, U+0085 and other characters
+    a JSON string may hold raw: a line that ``json.dumps(..., ensure_ascii=False)`` wrote
+    reads back whole. A ``"\\r"`` before the ``"\\n"`` is JSON whitespace.
+    """
+    return text.split("\n")
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -62,7 +163,7 @@ def load_tasks(path: Path, flag: str = "--tasks", minimum: int = 4) -> list[Task
         UsageError: the file is missing, or a line is malformed (the message names the line).
     """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = jsonl_lines(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{flag} {path}: no such file") from None
     except IsADirectoryError:
@@ -94,10 +195,9 @@ def load_tasks(path: Path, flag: str = "--tasks", minimum: int = 4) -> list[Task
 
 
 def write_tasks(path: Path, tasks: Sequence[Task]) -> None:
-    """Write ``tasks`` as a tasks file (what `load_tasks` reads back)."""
-    with path.open("w", encoding="utf-8") as f:
-        for t in tasks:
-            f.write(json.dumps({"id": t.id, "prompt": t.prompt, **dict(t.meta)}, ensure_ascii=False) + "\n")
+    """Write ``tasks`` as a tasks file (what `load_tasks` reads back), atomically."""
+    atomic_write(path, "".join(json.dumps({"id": t.id, "prompt": t.prompt, **dict(t.meta)}, ensure_ascii=False) + "\n"
+                               for t in tasks))
 
 
 # --------------------------------------------------------------------------- run directory
@@ -116,6 +216,8 @@ class RunDir:
     status_file = property(lambda self: self.path / "status.json")
     result_file = property(lambda self: self.path / "result.json")
     test_tasks_file = property(lambda self: self.path / "test_tasks.jsonl")
+    lock_file = property(lambda self: self.path / LOCK_NAME)
+    report_file = property(lambda self: self.path / "report.html")
 
     def spec(self) -> dict[str, Any]:
         """The run's spec.
@@ -129,13 +231,19 @@ class RunDir:
         return spec
 
     def rounds(self) -> list[dict[str, Any]]:
-        """Every round written so far (a torn last line, from a kill mid-write, is skipped)."""
+        """Every round written so far: each line that is a JSON object (a torn last line, from a kill mid-write, is skipped)."""
         if not self.rounds_file.exists():
             return []
         rows = []
-        for line in self.rounds_file.read_text(encoding="utf-8").splitlines():
+        try:
+            text = self.rounds_file.read_text(encoding="utf-8")
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{self.rounds_file}: not a readable rounds.jsonl ({exc})") from None
+        for line in jsonl_lines(text):
             with contextlib.suppress(ValueError):
-                rows.append(json.loads(line))
+                row = json.loads(line)
+                if isinstance(row, dict):
+                    rows.append(row)
         return rows
 
     def append_round(self, row: dict[str, Any]) -> None:
@@ -150,12 +258,16 @@ class RunDir:
         atomic_write(self.status_file, json.dumps(status, indent=2, sort_keys=True))
 
     def status(self) -> dict[str, Any]:
-        """The status, with a run whose process died without finishing reported as ``interrupted``."""
-        if not self.status_file.exists():
-            return {"state": "initialised", "round": 0}
-        status = read_json(self.status_file, "status.json")
-        if status.get("state") == "running" and not _alive(status.get("pid")):
-            status["state"] = "interrupted"
+        """The status: ``running`` (with the ``pid`` and ``since`` of the lock's holder) while a
+        process holds the run directory's lock (`agentdescent.runlock`), and a run whose process
+        died without finishing reported as ``interrupted``."""
+        status = read_json(self.status_file, "status.json") if self.status_file.exists() else {
+            "state": "initialised", "round": 0}
+        held = holder(self.path)
+        if held is not None:
+            status.update(state="running", pid=held.pid or status.get("pid"), since=held.since)
+        elif status.get("state") == "running" and (self.lock_file.exists() or not _alive(status.get("pid"))):
+            status["state"] = "interrupted"  # nobody holds the lock (or, before the lock, the pid is gone)
         return status
 
 
