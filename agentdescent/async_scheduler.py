@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .errors import BackendFailure
 from .result import AsyncStats, EvolutionResult
-from .runtime import RunEnv, drive, finish
+from .runtime import RunEnv, drive, finish, idle_reason
 from .staleness import StaleAction
 from .types import EvidenceCard
 from .worker import Rollout, card_step, rollout_step
@@ -62,6 +62,7 @@ class AsyncScheduler:
         self.closed = False
         self.admitted = 0
         self.delivered = 0
+        self.merged = 0  # admitted steps whose items a merge took in
         self.force = [False] * self.n_workers
         self.exited = 0
         self.merge_steps = 0
@@ -69,6 +70,7 @@ class AsyncScheduler:
         self.admission_stop: str | None = None  # why admission closed, once it has
         self.fatal: BaseException | None = None  # raised in a worker: ends the run
         self.threads: list[threading.Thread] = []
+        self.working: set[int] = set()  # the threads of the workers that have not exited
 
     def warn_if_ratio_discards(self) -> None:
         """Log a WARNING when ``async_ratio`` lets workers build cards the policy will discard."""
@@ -94,6 +96,19 @@ class AsyncScheduler:
         """
         return self.admitted < (self.alpha + self.merge_steps + 1) * self.n_workers
 
+    def projected_spend(self) -> float:
+        """What the work admitted and not yet merged, and one more rollout, is expected to spend.
+
+        Each rollout in flight and the new one cost the mean worker step
+        (`agentdescent.runtime.RunEnv.step_cost`); each of them, and each finished rollout
+        still queued, brings its share of a merge's held-out evaluation
+        (`agentdescent.runtime.RunEnv.merge_cost`), which is most of a sweep's spend.
+        """
+        env = self.env
+        in_flight = self.admitted - self.delivered
+        unmerged = self.admitted - self.merged
+        return env.step_cost() * (in_flight + 1) + env.merge_cost(self.merged) * (unmerged + 1)
+
     def admit(self, w: int, snapshot: tuple[int, dict[str, str]] | None) -> tuple[int, dict[str, str]] | None:
         """Block until worker ``w`` may start a rollout; return its snapshot, or None to exit."""
         env = self.env
@@ -101,8 +116,7 @@ class AsyncScheduler:
             while True:
                 if self.closed or self.fatal is not None or self.admission_stop is not None:
                     return None
-                in_flight = self.admitted - self.delivered
-                reason = env.admission_check(self.admitted, env.step_cost() * (in_flight + 1))
+                reason = env.admission_check(self.admitted, self.projected_spend())
                 if reason is not None:
                     self.admission_stop = reason
                     self.cond.notify_all()
@@ -143,6 +157,8 @@ class AsyncScheduler:
         """One worker thread: admit, roll out, propose, self-verify, deliver; until admission closes."""
         env = self.env
         snapshot: tuple[int, dict[str, str]] | None = None
+        with self.cond:
+            self.working.add(threading.get_ident())
         try:
             while True:
                 snapshot = self.admit(w, snapshot)
@@ -165,6 +181,7 @@ class AsyncScheduler:
         finally:
             with self.cond:
                 self.exited += 1
+                self.working.discard(threading.get_ident())
                 self.cond.notify_all()
 
     # ------------------------------------------------------------------ merger
@@ -187,10 +204,11 @@ class AsyncScheduler:
         with self.cond:
             return self.exited >= self.n_workers and not self.queue
 
-    def settle(self) -> None:
-        """A sweep has ended: one more pacing step; wake workers waiting to be admitted."""
+    def settle(self, merged: int) -> None:
+        """A sweep that took ``merged`` items has ended: one more pacing step; wake workers waiting to be admitted."""
         with self.cond:
             self.merge_steps += 1
+            self.merged += merged
             self.cond.notify_all()
 
     def sweeps(self) -> str:
@@ -206,7 +224,7 @@ class AsyncScheduler:
                 try:
                     info = env.merge_and_record(rollouts=sum(i.rollout is not None for i in items), cards=cards)
                 finally:
-                    self.settle()
+                    self.settle(len(items))
                 if cards:  # a sweep with nothing to merge says nothing about a stall
                     sweeps_without_commit = 0 if info.committed else sweeps_without_commit + 1
                 if sweeps_without_commit >= self.stall_sweeps:
@@ -222,11 +240,14 @@ class AsyncScheduler:
             if self.done_admitting():
                 return self.admission_stop or "max_seconds"
 
-    def shut_down(self, *, interrupted: bool) -> int:
-        """Close admission, drop what is queued, wait for workers within the grace; return stragglers.
+    def shut_down(self, *, interrupted: bool) -> None:
+        """Close admission, drop what is queued, wait for workers within the grace.
 
-        The wait is on the run's clock: it ends at the grace or the run's hard deadline,
-        whichever comes first; after Ctrl-C it does not wait.
+        The run's calls were told to stop before this (`agentdescent.runtime.drive`): a
+        worker waiting out a provider's backoff leaves at once, one on the wire when its
+        attempt returns. The wait is on the run's clock: it ends at the grace or the run's
+        hard deadline, whichever comes first; after Ctrl-C it does not wait. What is still
+        running after it is counted by `agentdescent.runtime.finish` (``stragglers``).
         """
         stops = self.env.stops
         with self.cond:
@@ -235,17 +256,19 @@ class AsyncScheduler:
             self.queue = []
             self.cond.notify_all()
             if not interrupted:
-                end = self.clock.now() + self.env.config.limits.grace_seconds
-                hard = stops.hard_deadline()
-                if hard is not None:
-                    end = min(end, hard)
+                end = self.env.settle_by
+                if end is None:  # drive did not get to its end
+                    end = self.clock.now() + self.env.config.limits.grace_seconds
+                    hard = stops.hard_deadline()
+                    if hard is not None:
+                        end = min(end, hard)
                 started = sum(t.ident is not None for t in self.threads)  # none if the run ended before them
                 self.clock.wait_for(self.cond, lambda: self.exited >= started, end)
-        stragglers = sum(t.is_alive() for t in self.threads)
-        if stragglers:
-            logger.warning("%d worker(s) still running after the %.1fs grace; their results "
-                           "will be dropped", stragglers, self.env.config.limits.grace_seconds)
-        return stragglers
+
+    def still_working(self) -> set[int]:
+        """The threads of the workers that have not exited yet."""
+        with self.cond:
+            return set(self.working)
 
     def run(self) -> EvolutionResult:
         """Start the workers, be the merger until a stop, shut down, and assemble the result."""
@@ -262,19 +285,17 @@ class AsyncScheduler:
 
         interrupted = True
         try:
-            stop_reason, error = drive(env, scheduler)
+            stop_reason, error = drive(env, scheduler, idle=idle_reason(env.config.limits, sync=False))
             interrupted = False
         finally:
-            stragglers = self.shut_down(interrupted=interrupted)
+            self.shut_down(interrupted=interrupted)
         with self.cond:
             stats = self.stats
             stats.sweeps = len(env.history)
-            stats.stragglers = stragglers
             stats.admitted = self.admitted
             stats.discarded_stale = sum(h.discarded_stale for h in env.history)
             extra = {
                 "sweeps": stats.sweeps,
-                "stragglers": stats.stragglers,
                 "late_results_dropped": stats.late_results_dropped,
                 "wasted_rollouts": stats.discarded_stale,
                 "pacing_waits": stats.pacing_waits,
@@ -283,7 +304,7 @@ class AsyncScheduler:
                 "admitted": stats.admitted,
             }
         return finish(env, stop_reason=stop_reason, error=error, forced_refreshes=stats.forced_refreshes,
-                      async_stats=stats, extra_counters=extra)
+                      async_stats=stats, extra_counters=extra, workers=self.still_working)
 
 
 def run_async(env: RunEnv) -> EvolutionResult:

@@ -8,6 +8,12 @@ waits never polls real time: it waits on a condition that the event it waits for
 notifies, with the deadline read from its clock, so a virtual clock
 (`agentdescent.testing.ManualClock`) can move time for every waiter at once.
 
+It also owns `StopSignal`, the one way a retry loop learns that the run it works for is
+over: the run's call runner gives every call a signal and puts it in the thread's scope
+(`stop_scope`); a retry loop (the runner's own, the providers') reads it with
+`current_stop`, checks it before each attempt and sleeps its backoff with
+`StopSignal.sleep`, which wakes the moment the signal is set.
+
 It must not import anything of the package but `agentdescent.errors`,
 `agentdescent.seams` and `agentdescent.validation`.
 """
@@ -15,14 +21,16 @@ It must not import anything of the package but `agentdescent.errors`,
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, ClassVar
 
 from .seams import Seam, adopt
 
-__all__ = ["Clock", "MonotonicClock", "as_clock", "notify_when_done", "wait_futures"]
+__all__ = ["Clock", "MonotonicClock", "StopSignal", "as_clock", "current_stop", "notify_when_done", "stop_scope",
+           "wait_futures"]
 
 
 class Clock(Seam):
@@ -167,3 +175,103 @@ def wait_futures(clock: Clock, futures: Collection[concurrent.futures.Future[Any
     with cond:
         clock.wait_for(cond, ready, deadline)
     return {f for f in futures if f.done()}
+
+
+# =========================================================================== stopping a call
+
+
+class StopSignal:
+    """A call's stop: set once, when the run it works for no longer wants it; never cleared.
+
+    Who sets it: the run's call runner (`agentdescent.executors.CallRunner`), when the run
+    ends (the scheduler returned; the call's result would be dropped) and for every call
+    still running when the engine returns. Who reads it: the retry loops, before each
+    attempt and through each backoff wait (`sleep`), so a cancelled call makes no new
+    attempt: an attempt already on the wire may finish, no other one starts.
+
+    Args:
+        check: an extra stop condition read by `is_set` (the run's "the token budget is
+            spent"); nobody notifies when it becomes true, so it is seen at the next check,
+            not during a backoff.
+    """
+
+    def __init__(self, check: Callable[[], bool] | None = None) -> None:
+        self._check = check
+        self._lock = threading.Lock()
+        self._set = False
+        self._reason = ""
+        self._sleepers: list[threading.Condition] = []
+        #: True when `set` found the holder waiting out a backoff (it leaves at once).
+        self.woke_from_backoff = False
+
+    def set(self, reason: str = "the run has ended") -> None:
+        """Stop the call: wake its backoff wait; `is_set` holds from now on."""
+        with self._lock:
+            if self._set:
+                return
+            self._set = True
+            self._reason = reason
+            self.woke_from_backoff = bool(self._sleepers)
+            sleepers = list(self._sleepers)
+        for condition in sleepers:
+            with condition:
+                condition.notify_all()
+
+    def is_set(self) -> bool:
+        """True once `set` was called, or while the extra ``check`` holds."""
+        return self._set or (self._check is not None and bool(self._check()))
+
+    @property
+    def cancelled(self) -> bool:
+        """True once `set` was called (the extra ``check`` aside)."""
+        return self._set
+
+    @property
+    def reason(self) -> str:
+        """Why the call stopped, in words (``""`` while it has not)."""
+        if self._set:
+            return self._reason
+        return "the run's token budget is spent" if self.is_set() else ""
+
+    def sleep(self, clock: Clock, seconds: float) -> bool:
+        """Wait ``seconds`` of ``clock``'s time, unless the signal is set first.
+
+        Returns:
+            True when the whole wait passed with the signal clear (attempt again), False
+            when it was (or became) set: make no further attempt.
+        """
+        condition = threading.Condition()
+        with condition:
+            with self._lock:
+                if self._set:
+                    return False
+                self._sleepers.append(condition)
+            try:
+                end = clock.now() + max(0.0, float(seconds))
+                clock.wait_for(condition, lambda: self._set, end)
+            finally:
+                with self._lock:
+                    self._sleepers.remove(condition)
+        return not self.is_set()
+
+    def __repr__(self) -> str:
+        return f"StopSignal(set={self.is_set()})"
+
+
+_scope = threading.local()
+
+
+@contextlib.contextmanager
+def stop_scope(signal: StopSignal | None) -> Iterator[None]:
+    """Make ``signal`` this thread's `current_stop` for the duration (scopes nest)."""
+    previous = getattr(_scope, "signal", None)
+    _scope.signal = signal
+    try:
+        yield
+    finally:
+        _scope.signal = previous
+
+
+def current_stop() -> StopSignal | None:
+    """The stop signal of the call this thread is running for a run, or None outside one."""
+    return getattr(_scope, "signal", None)

@@ -189,18 +189,24 @@ class Limits:
     """When a run stops: the first of these to bind ends it, and ``stop_reason`` names it.
 
     Args:
-        rounds: sync rounds to run (`evolve` only; a resumed run runs this many more).
+        rounds: sync rounds this call runs (`evolve` only). On a ledger that holds the
+            run's saved progress they come on top of the rounds it already did (numbered
+            on from them); ``0`` runs nothing: no call at all, the result is the saved run's
+            (what a finished run has left).
         max_seconds: stop admitting work after this many seconds of the run's clock.
         grace_seconds: how long work in flight may run past ``max_seconds``; the call
             returns by ``max_seconds + grace_seconds`` whatever the backend does.
-        max_rollouts: rollouts to admit in all (the last sync round is cut short to
-            honour it; every admitted async rollout is merged before the stop).
+        max_rollouts: rollouts this call admits in all (the last sync round is cut short
+            to honour it; every admitted async rollout is merged before the stop); ``0``
+            runs nothing, as ``rounds=0``.
         max_tokens: the run's token budget. It binds on every meter the run's calls record
             into (the provider's, the agent's, ``usage``): checked before admitting work
             (a sync round: the mean round so far must still fit; an async rollout: the
-            spend of the work in flight and its own) and after every merge, so a run
-            overshoots by at most about one round's spend. It also thins optional spend
-            as it runs out (see `agentdescent.budget.BudgetGovernor`).
+            spend of the work admitted and not yet merged, its merges' evaluation
+            included, and its own) and after every merge; once it is spent no new call
+            starts and no running call is retried, so a run ends within ``max_tokens``
+            plus what the calls then in flight spend. It also thins optional spend as it
+            runs out (see `agentdescent.budget.BudgetGovernor`).
         target_reward: stop once the held-out reward reaches this.
         patience: stop after this many rounds' worth of rollouts (``n_workers`` each,
             in both engines) merged without a new best held-out reward.
@@ -224,10 +230,10 @@ class Limits:
 
     def __post_init__(self) -> None:
         check_bool(self.test_in_budget, "test_in_budget")
-        check_int(self.rounds, "rounds", low=1)
+        check_int(self.rounds, "rounds", low=0, hint="0 runs nothing (a finished run resumed)")
         check_seconds(self.max_seconds, "max_seconds", positive=True, optional=True)
         check_seconds(self.grace_seconds, "grace_seconds")
-        check_int(self.max_rollouts, "max_rollouts", low=1, optional=True)
+        check_int(self.max_rollouts, "max_rollouts", low=0, optional=True, hint="0 runs nothing")
         check_int(self.max_tokens, "max_tokens", low=1, optional=True, hint="the run's token budget")
         check_fraction(self.target_reward, "target_reward", optional=True, hint="a held-out reward in [0, 1]")
         check_int(self.patience, "patience", low=1, optional=True)

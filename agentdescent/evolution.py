@@ -18,7 +18,7 @@ from typing import Any
 from .async_scheduler import run_async
 from .config import RunConfig, engine_signature
 from .result import EvolutionResult, RoundInfo
-from .runtime import close_run, drive, finish, open_run
+from .runtime import close_run, drive, finish, idle_reason, open_run
 from .sync_scheduler import run_rounds
 from .types import Task
 from .validation import check_bool
@@ -76,7 +76,7 @@ def evolve(tasks: Sequence[Task], reward: Callable[[Task, str], Any], **keywords
     try:
         if config.progress:
             env.recorder.open_bar(env.recorder.resumed_rounds + config.limits.rounds, "evolve")
-        stop_reason, error = drive(env, lambda: run_rounds(env))
+        stop_reason, error = drive(env, lambda: run_rounds(env), idle=idle_reason(config.limits, sync=True))
         return finish(env, stop_reason=stop_reason, error=error)
     finally:
         close_run(env)

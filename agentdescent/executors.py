@@ -14,7 +14,10 @@ This module owns
   (`agentdescent.failures.judge`) to each failed attempt, counts failures in a row per
   phase, replays a travelling call's tokens into the run's meters once, and never waits
   past the run's hard deadline: every wait is on the run's clock, woken by the futures
-  it waits for.
+  it waits for. It gives each call a `agentdescent.clock.StopSignal` (in the thread's
+  `stop_scope`, where the providers' retry loops read it): once the token budget is
+  spent, or the run is over (`end_work`, `close`), no call makes a new attempt, and
+  `running_calls` says which are still on the wire.
 
 It knows nothing of ledgers, cards or rounds.
 """
@@ -33,11 +36,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-from .clock import Clock, notify_when_done
+from .clock import Clock, StopSignal, notify_when_done, stop_scope
 from .counters import Counters
 from .errors import (
     BackendFailure,
     ContractError,
+    GovernanceError,
     ProviderError,
     RunFailed,
     RunTimeout,
@@ -311,6 +315,16 @@ class CallRunner:
     backend), or propagate. Every wait is on the run's clock and ends at the hard
     deadline (a `RunTimeout`) or when `close` is called.
 
+    Every call carries a `StopSignal`, checked before each attempt here and, through the
+    thread's `stop_scope`, by a provider's own retry loop before each of its attempts and
+    through each backoff. It is set for every running call when the run fails, when the
+    scheduler has ended (`end_work`: from then on only the calls of no worker, the test
+    set's final scoring, may start) and when the runner closes; and it reads the run's
+    token budget (``budget_spent``): once the budget is spent a call of a phase it counts
+    is not started (a `BackendFailure` that counts as no failure, ``budget_refused_calls``)
+    and a running one is not retried. A call already on the wire finishes; no new
+    request is sent for it.
+
     Args:
         executor: where calls run.
         remote: calls travel (the executor is not a thread pool of this process).
@@ -326,13 +340,16 @@ class CallRunner:
         failure_limit: dropped calls in a row of one phase that end the run.
         max_seconds: the run's ``max_seconds``, for the timeout's message.
         grace_seconds: the run's ``grace_seconds``, for the timeout's message.
+        budget_spent: ``budget_spent(phase)`` is True once the run's token budget is spent
+            and counts ``phase`` (None: no budget).
     """
 
     def __init__(self, *, executor: concurrent.futures.Executor, remote: bool,
                  pool: concurrent.futures.Executor, solve: Callable[[str, Task], str],
                  reward: Callable[[Task, str], Any], meters: tuple[Usage, ...], counters: Counters,
                  clock: Clock, deadline: float | None, call_attempts: int, failure_limit: int,
-                 max_seconds: float | None, grace_seconds: float) -> None:
+                 max_seconds: float | None, grace_seconds: float,
+                 budget_spent: Callable[[str], bool] | None = None) -> None:
         self.executor = executor
         self.remote = remote
         self.pool = pool
@@ -346,11 +363,15 @@ class CallRunner:
         self.failure_limit = failure_limit
         self.max_seconds = max_seconds
         self.grace_seconds = grace_seconds
+        self.budget_spent = budget_spent
         #: Notified when a watched call finishes and when the runner closes.
         self.cond = threading.Condition()
         self.fatal: RunFailed | None = None
         self.last_error: BaseException | None = None
         self.closed = False
+        #: The scheduler has ended: only calls of no worker (the test set's) may start.
+        self.ending = False
+        self._running: dict[StopSignal, int] = {}  # each running call's signal -> its thread
         self._lock = threading.Lock()
         self._in_a_row: collections.Counter[str] = collections.Counter()
         self._submissions = 0
@@ -474,35 +495,114 @@ class CallRunner:
         """
         return score_output(self.reward, task, output)
 
+    def end_work(self) -> None:
+        """The scheduler has ended: no running call makes a new attempt, no worker's call starts.
+
+        Calls of no worker (the test set's final scoring) may still start; calls already
+        on the wire finish. Waiters on another executor are woken and leave.
+        """
+        with self._lock:
+            self.ending = True
+        self._stop_running("the run has ended")
+
     def close(self) -> None:
         """No call may start or wait any more: wake every waiter (their calls' results are dropped)."""
-        with self.cond:
+        with self._lock:
             self.closed = True
+        self._stop_running("the run has ended")
+
+    def wait_running(self, until: float | None) -> bool:
+        """Wait (on the run's clock, at most until ``until``) for every running call to finish.
+
+        Meant for the end of a run, after `end_work`: calls stopped in a backoff leave at
+        once, a call on the wire when its attempt returns (it makes no other).
+
+        Returns:
+            True when no call is running any more.
+        """
+        with self.cond:
+            return self.clock.wait_for(self.cond, lambda: not self._any_running(), until)
+
+    def _any_running(self) -> bool:
+        with self._lock:
+            return bool(self._running)
+
+    def running_calls(self) -> list[int]:
+        """The threads of the calls still running (on the wire, or in a callable): one entry per call.
+
+        A call stopped while it waited out a backoff is leaving and is not listed.
+        """
+        with self._lock:
+            return [ident for signal, ident in self._running.items() if not signal.woke_from_backoff]
+
+    def _stop_running(self, reason: str) -> None:
+        with self._lock:
+            running = list(self._running)
+        for signal in running:
+            signal.set(reason)
+        with self.cond:
             self.cond.notify_all()
 
     # ----------------------------------------------------------------- the rule
 
     def _retrying(self, call: Call, what: str) -> CallResult:
-        """``call`` under the failure rule: attempt, judge each failure, retry or give up."""
-        attempt = 0
-        while True:
-            if self.fatal is not None:  # the run is ending: send nothing more to the backend
-                raise self.fatal
-            attempt += 1
-            try:
-                result = self._once(call)
-            except Exception as exc:
-                self._judge(exc, attempt, what, call.phase)  # returns only to retry
-                continue
-            with self._lock:
-                self._in_a_row[call.phase] = 0
-            return result
+        """``call`` under the failure rule: attempt, judge each failure, retry or give up.
 
-    def _once(self, call: Call) -> CallResult:
+        Before each attempt the call's stop signal is read: a run that failed re-raises its
+        `RunFailed`, a run that is over raises `RunTimeout`, a spent budget a `BackendFailure`
+        (none of them counted as a failure of the call).
+        """
+        signal = self._open(call)
+        try:
+            attempt = 0
+            while True:
+                if self.fatal is not None:  # the run is ending: send nothing more to the backend
+                    raise self.fatal
+                if signal.is_set():
+                    raise self._stopped(signal, what)
+                attempt += 1
+                try:
+                    result = self._once(call, signal)
+                except Exception as exc:
+                    if signal.is_set() and not isinstance(exc, (ContractError, GovernanceError)):
+                        raise self._stopped(signal, what) from None  # stopped, not failed
+                    self._judge(exc, attempt, what, call.phase)  # returns only to retry
+                    continue
+                with self._lock:
+                    self._in_a_row[call.phase] = 0
+                return result
+        finally:
+            with self._lock:
+                self._running.pop(signal, None)
+            if self.ending or self.closed:  # the end of the run may be waiting for its last calls
+                with self.cond:
+                    self.cond.notify_all()
+
+    def _open(self, call: Call) -> StopSignal:
+        """The call's stop signal, registered as running (set at once when the call may not start)."""
+        spent = self.budget_spent
+        signal = StopSignal(None if spent is None else (lambda: spent(call.phase)))
+        late = self.deadline is not None and self.clock.now() >= self.deadline  # nobody would wait for it
+        with self._lock:
+            self._running[signal] = threading.get_ident()
+            if self.closed or late or (self.ending and call.worker is not None) or self.fatal is not None:
+                signal.set("the run has ended")
+        return signal
+
+    def _stopped(self, signal: StopSignal, what: str) -> Exception:
+        """What a call its signal stopped raises: the run's `RunFailed`, a `RunTimeout`, or a `BackendFailure`."""
+        if self.fatal is not None:
+            return self.fatal
+        if signal.cancelled:
+            return RunTimeout(f"{what}: not sent or not retried: {signal.reason}")
+        self.counters.add("budget_refused_calls")
+        return BackendFailure(f"{what}: not sent or not retried: {signal.reason} (max_tokens)")
+
+    def _once(self, call: Call, signal: StopSignal) -> CallResult:
         """One attempt: inline on a thread pool, else submitted to the executor and awaited."""
         if self.remote:
-            return self._collect(self._await(self._submit(call)))
-        with usage_phase(call.phase), worker_scope(call.worker), run_meters(*self.meters):
+            return self._collect(self._await(self._submit(call), signal))
+        with stop_scope(signal), usage_phase(call.phase), worker_scope(call.worker), run_meters(*self.meters):
             out = call.fn(*call.args)
         return CallResult(sanitize_text(out) if isinstance(out, str) else out)
 
@@ -557,11 +657,18 @@ class CallRunner:
         raise BackendFailure(f"{what} failed; last error: {cause}") from None
 
     def _fail_run(self, message: str) -> RunFailed:
-        """The run's one `RunFailed`: the first one wins, later calls re-raise it without calling."""
+        """The run's one `RunFailed`: the first one wins, later calls re-raise it without calling.
+
+        Every call still running makes no new attempt from then on.
+        """
         with self._lock:
-            if self.fatal is None:
+            first = self.fatal is None
+            if first:
                 self.fatal = RunFailed(message)
-            return self.fatal
+            fatal = self.fatal
+        if first:
+            self._stop_running("the run failed")
+        return fatal
 
     def _timeout(self, running: int) -> RunTimeout:
         limit = "?" if self.max_seconds is None else f"{self.max_seconds:g}"
@@ -584,11 +691,11 @@ class CallRunner:
         except Exception as exc:
             raise self._executor_lost(exc, "refused a call") from None
 
-    def _await(self, future: concurrent.futures.Future[Any]) -> concurrent.futures.Future[Any]:
-        """Wait for one submitted call; once the runner has closed, cancel it and leave."""
+    def _await(self, future: concurrent.futures.Future[Any], signal: StopSignal) -> concurrent.futures.Future[Any]:
+        """Wait for one submitted call; once the run is over for it, cancel it and leave."""
         notify_when_done((future,), self.cond)
         with self.cond:
-            self.clock.wait_for(self.cond, lambda: future.done() or self.closed, None)
+            self.clock.wait_for(self.cond, lambda: future.done() or self.closed or signal.cancelled, None)
         if not future.done():
             future.cancel()
             raise RunTimeout("the run ended while this call was running; its result is dropped")

@@ -95,8 +95,10 @@ class AsyncStats:
             card survived the staleness filter: one such decision can drop several cards.
         forced_refreshes: resyncs the stall guard forced.
         resyncs: snapshot refreshes in all (forced or because the head moved on).
-        stragglers: worker threads still running when the call returned (their results
-            are dropped).
+        stragglers: the run's calls (and worker threads) still running when the call
+            returned: on the wire, or in a callable of yours. None of them makes another
+            attempt; their results are dropped. The same count is
+            ``result.counters["stragglers"]``, in both runtimes.
         late_results_dropped: finished rollouts that arrived after the stop.
         pacing_waits: times admission pacing held a worker.
         backpressure_waits: times a full queue held a worker.

@@ -48,7 +48,8 @@ from .types import MergeOutcome, MergeReport, Task
 from .usage import Usage
 from .worker import GroupTracker, TaskWalk
 
-__all__ = ["AggregatorFactory", "RoundRecorder", "RunEnv", "close_run", "drive", "finish", "open_run"]
+__all__ = ["AggregatorFactory", "RoundRecorder", "RunEnv", "close_run", "drive", "finish", "idle_reason", "open_run",
+           "stragglers"]
 
 logger = logging.getLogger("agentdescent.runtime")
 
@@ -100,6 +101,9 @@ class RunEnv:
     initial_reward: float | None = None
     last_reward: float | None = None
     test_initial: Evaluation | None = None  # the starting head on the test set (kept across a resume)
+    ran: bool = False  # drive ran the scheduler (False: the call had nothing to run)
+    settle_by: float | None = None  # until when the end of the run waits for calls still running
+    merge_mark: int = 0  # evaluation tokens in the run meter when the scheduler started
 
     @property
     def artifact_id(self) -> str:
@@ -167,12 +171,15 @@ class RunEnv:
         """
         return self.aggregator.head_estimate(self.artifact_id).reward
 
-    def measure_initial(self) -> float:
+    def measure_initial(self) -> float | None:
         """The starting head's held-out reward, under the failure rule like every evaluation.
 
         A failed attempt is tried again (only the tasks that failed re-run: the others are
         cached) until ``failure_limit`` evaluation calls in a row have failed; nothing can
         be compared without it, so no work starts before it succeeds.
+
+        A budget spent before it succeeds ends the attempts (the reward stays None; the
+        scheduler then admits nothing and stops with ``"max_tokens"``).
 
         Raises:
             RunFailed: too many evaluation failures in a row.
@@ -182,6 +189,8 @@ class RunEnv:
                 self.last_reward = self.aggregator.measure_head(
                     self.artifact_id, self.config.aggregator_config().head_sample).reward
             except BackendFailure:
+                if self.governor.over_budget():
+                    return self.last_reward
                 continue
             if self.initial_reward is None:  # a resumed run keeps its first measurement
                 self.initial_reward = self.last_reward
@@ -198,7 +207,8 @@ class RunEnv:
             reports = self.aggregator.step()
             held = self.head_reward()
         except BackendFailure:
-            self.counters.add("merge_failures")
+            # a spent budget refused the evaluation's calls: the run stops, nothing failed
+            self.counters.add("merges_cut_by_budget" if self.governor.over_budget() else "merge_failures")
             return [], self.last_reward if self.last_reward is not None else 0.0
         self.last_reward = held
         return reports, held
@@ -218,6 +228,20 @@ class RunEnv:
         """Mean tokens of one worker step so far (rollout, proposal, self-verify)."""
         steps = self.counters.get("rollouts")
         return self.counters.get("step_tokens") / steps if steps else 0.0
+
+    def merge_cost(self, merged: int) -> float:
+        """Mean held-out evaluation tokens per merged rollout since the scheduler started (0.0 before a merge).
+
+        The share of a merge's evaluation each admitted rollout brings: the async admission
+        projects it for every rollout admitted and not yet merged.
+
+        Args:
+            merged: rollouts the merges have taken in so far.
+        """
+        if merged <= 0:
+            return 0.0
+        spent = self.usage.by_phase().get("evaluation", 0) - self.merge_mark
+        return max(0, spent) / merged
 
     def merge_and_record(self, *, rollouts: int, cards: Sequence[Any]) -> RoundInfo:
         """Merge ``cards`` (one aggregator step) and record the round (see `RoundRecorder`)."""
@@ -409,7 +433,8 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
     meters = (usage,) if config.usage is None else (usage, config.usage)
     governor = BudgetGovernor(max_tokens=config.limits.max_tokens, allocator=config.allocator,
                               stop_on_diminishing=config.limits.stop_on_diminishing_returns)
-    governor.bind(usage, exclude_phases=() if config.limits.test_in_budget else ("test",))
+    outside_budget = () if config.limits.test_in_budget else ("test",)
+    governor.bind(usage, exclude_phases=outside_budget)
     clock = config.clock
     stops = StopRules(config.limits, config.schedule.n_workers, governor, clock)
     owns_executor = executor is None
@@ -423,6 +448,8 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
         deadline=stops.hard_deadline(), call_attempts=config.retry.call_attempts,
         failure_limit=config.retry.failure_limit, max_seconds=config.limits.max_seconds,
         grace_seconds=config.limits.grace_seconds,
+        budget_spent=None if governor.max_tokens is None else (
+            lambda phase: phase not in outside_budget and governor.over_budget()),
     )
     evaluator = RolloutEvaluator(runner, strategy, counters, held_out, cheap_tasks)
     factory = config.aggregator_factory if config.aggregator_factory is not None else Aggregator
@@ -475,20 +502,34 @@ def close_run(env: RunEnv) -> None:
     env.recorder.close()
 
 
-def drive(env: RunEnv, scheduler: Callable[[], str]) -> tuple[str, str | None]:
+def drive(env: RunEnv, scheduler: Callable[[], str], *, idle: str | None = None) -> tuple[str, str | None]:
     """Measure the starting head, run ``scheduler`` until it returns a stop reason, map the ends.
 
     Both runtimes run through here, so a time stop and a failed run end the same way:
     a `RunTimeout` is ``("max_seconds", None)``, a `RunFailed` is ``("error", message)``.
-    Contract errors and ``KeyboardInterrupt`` propagate.
+    Contract errors and ``KeyboardInterrupt`` propagate. However it ends, the run's work
+    is over then (`CallRunner.end_work`): no call still running makes a new attempt, and
+    no worker starts a call.
+
+    Args:
+        env: the run.
+        scheduler: runs the run's work and returns its stop reason.
+        idle: the stop reason of a call that has nothing to run (``rounds=0``,
+            ``max_rollouts=0``): nothing is measured or called, the result is the saved run's.
 
     Returns:
         ``(stop_reason, error)``.
     """
+    if idle is not None:
+        logger.info("nothing to run (%s); the result is the saved run's", idle)
+        return idle, None
+    env.ran = True
+    interrupted = False
     try:
         env.measure_initial()
         if env.config.split.test_tasks and env.test_initial is None:
             env.test_initial = env.score_test(env.ledger.head(env.artifact_id)[1])
+        env.merge_mark = env.usage.by_phase().get("evaluation", 0)
         return scheduler(), None
     except RunTimeout as exc:
         logger.warning("%s; stopping", exc)
@@ -498,10 +539,45 @@ def drive(env: RunEnv, scheduler: Callable[[], str]) -> tuple[str, str | None]:
         where = f"{unit} {len(env.history) + 1}" if env.initial_reward is not None else "the first evaluation"
         logger.error("the run cannot go on (%s): %s", where, exc)
         return "error", f"{where}: {exc}"
+    except BaseException:
+        interrupted = True  # Ctrl-C: nothing waits
+        raise
+    finally:
+        env.runner.end_work()
+        now = env.stops.clock.now()
+        hard = env.stops.hard_deadline()
+        env.settle_by = now if interrupted else min(now + env.config.limits.grace_seconds,
+                                                    hard if hard is not None else math.inf)
+
+
+def idle_reason(limits: Any, *, sync: bool) -> str | None:
+    """The stop reason of a call with nothing to run (``rounds=0`` for `evolve`, ``max_rollouts=0``), or None."""
+    if sync and limits.rounds == 0:
+        return "rounds"
+    if limits.max_rollouts == 0:
+        return "max_rollouts"
+    return None
+
+
+def stragglers(env: RunEnv, workers: Callable[[], set[int]] | None = None) -> int:
+    """Work of the run still running as it returns, logged when there is any.
+
+    Its calls still on the wire (or in a callable of yours), and the threads ``workers()``
+    names (the async workers that have not exited) busy outside a call. None of them
+    sends anything more.
+    """
+    calls = env.runner.running_calls()
+    busy = (workers() if workers is not None else set()) - set(calls)
+    count = len(calls) + len(busy)
+    if count:
+        logger.warning("%d call(s) of the run still running as it returns (they send nothing more; their "
+                       "results are dropped)", count)
+    return count
 
 
 def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes: int = 0,
-           async_stats: AsyncStats | None = None, extra_counters: Mapping[str, Any] | None = None) -> EvolutionResult:
+           async_stats: AsyncStats | None = None, extra_counters: Mapping[str, Any] | None = None,
+           workers: Callable[[], set[int]] | None = None) -> EvolutionResult:
     """Assemble the `EvolutionResult` from the ledger head (both runtimes end here).
 
     Nothing is evaluated: the final reward is the head's cached held-out score, else the
@@ -509,10 +585,17 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     say why). Tokens recorded after the last round (work in flight at the stop) count in
     the last round, so the rounds' tokens add up to ``result.usage.total_tokens`` and to
     ``result.budget["spent"]``; ``result.usage`` is a copy taken now, which work abandoned
-    at the stop can no longer change.
+    at the stop can no longer change. The work still running now (`stragglers`: the
+    runner's calls, and the threads ``workers()`` names, the async workers not yet exited)
+    is ``result.counters["stragglers"]`` (and ``async_stats.stragglers``).
     """
     version, state = env.ledger.head(env.artifact_id)
     test = _test_report(env, state, error)  # its calls belong in the result's meter and counters
+    if env.settle_by is not None:
+        env.runner.wait_running(env.settle_by)  # calls on the wire get the grace to finish (never retried)
+    straggling = stragglers(env, workers)
+    if async_stats is not None:
+        async_stats.stragglers = straggling
     estimate = env.aggregator.head_estimate(env.artifact_id)
     final = math.nan if env.last_reward is None and estimate.measured == 0 else estimate.reward
     usage = env.usage.copy()
@@ -528,6 +611,7 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     counters["final_reward_inherited"] = estimate.inherited
     if extra_counters:
         counters.update(extra_counters)
+    counters["stragglers"] = straggling
     return EvolutionResult(
         state=state,
         rendered=env.strategy.render(state),
@@ -570,7 +654,7 @@ def _test_report(env: RunEnv, state: Mapping[str, str], error: str | None) -> di
     if not env.config.split.test_tasks:
         return None
     final: Evaluation | None = None
-    if error is None:
+    if error is None and env.ran:  # a call that ran nothing calls nothing
         try:
             final = env.score_test(state)
         except (RunTimeout, RunFailed) as exc:

@@ -4,8 +4,8 @@ The provider SDKs (openai 3.x, anthropic 2.x) are built on ``httpx2``, which ``r
 cannot intercept, so the adapters are tested against this real server on 127.0.0.1:
 real sockets, real SDK request building and response parsing. Each test scripts the
 replies it wants (status, headers, body, delay, or a dropped connection) in a queue; the
-server records every request (path, headers, JSON body) so tests can assert on what the
-SDK sent.
+server records every request (path, headers, JSON body, arrival time) so tests can
+assert on what the SDK sent and when.
 
 It serves ``POST /v1/chat/completions`` (OpenAI chat completions; point the SDK at
 ``server.openai_base_url``) and ``POST /v1/messages`` (Anthropic messages; point the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,12 +55,17 @@ class Reply:
 
 @dataclass
 class RecordedRequest:
-    """What the server received: method, path, headers (lower-cased names) and JSON body."""
+    """What the server received: method, path, headers (lower-cased names), JSON body, and when.
+
+    ``at`` is the arrival time on `time.monotonic` (read when the request line and body
+    were in), so a test can tell requests sent before a call returned from those after.
+    """
 
     method: str
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = field(default_factory=time.monotonic)
 
 
 def openai_body(

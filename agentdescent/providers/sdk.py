@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._http import parse_retry_after
-from ..clock import Clock, as_clock
+from ..clock import Clock, as_clock, current_stop
 from ..errors import (
     InvalidArgument,
     InvalidArgumentType,
@@ -397,10 +397,16 @@ class SDKProvider(Provider):
         )
 
     def _with_retries(self, send: Callable[[], Any], model: str) -> tuple[Any, int]:
+        """``send()`` with the retries; a run's stop (`current_stop`) ends them before the next attempt."""
         start = self.clock.now()
         attempt = 0
         connect_failures = 0
+        stop = current_stop()
+        failure: _Failure | None = None
         while True:
+            if stop is not None and stop.is_set():
+                self._count_failure()
+                raise self._stopped_error(failure, model, attempt, stop.reason)
             attempt += 1
             try:
                 return send(), attempt
@@ -437,7 +443,23 @@ class SDKProvider(Provider):
                 self._kind, self.endpoint, model, self._what(failure.kind, failure.status),
                 attempt, last, f" ({failure.detail})" if failure.detail else "", delay,
             )
-            self.clock.sleep(delay)
+            if stop is None:
+                self.clock.sleep(delay)
+            elif not stop.sleep(self.clock, delay):
+                self._count_failure()
+                raise self._stopped_error(failure, model, attempt, stop.reason)
+
+    def _stopped_error(self, failure: _Failure | None, model: str, attempts: int, why: str) -> ProviderError:
+        """The error of a call whose run stopped it before its next attempt (nothing more was sent)."""
+        note = f"not retried: {why}" if failure is not None else f"not sent: {why}"
+        if failure is None:
+            return ProviderUnavailableError(
+                f"{self._kind} endpoint {self.endpoint} (model {model!r}): {note}",
+                model=model, endpoint=self.endpoint, attempts=attempts,
+            )
+        error = self._final_error(failure, model, attempts)
+        error.args = (f"{error} ({note})",)
+        return error
 
     def _count_failure(self) -> None:
         with self._lock:

@@ -438,7 +438,9 @@ def test_with_the_test_calls_in_the_budget_they_can_stop_the_run(engine) -> None
     budget = 3000  # less than the starting head's test draws (5 tasks x 2 x 400 tokens)
     within = run_with_tests(engine, max_tokens=budget, test_in_budget=True)
     assert within.stop_reason == "max_tokens" and within.committed == 0
-    assert within.budget["spent"] >= 2 * len(TEST_TASKS) * TEST_TOKENS > budget
+    # once the budget is spent no test draw starts: the calls then in flight finish (one per thread)
+    assert budget <= within.budget["spent"] <= budget + N_WORKERS * TEST_TOKENS
+    assert within.test_initial is None and within.counters["budget_refused_calls"] > 0
 
 
 @pytest.mark.parametrize("engine", [
