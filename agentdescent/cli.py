@@ -365,9 +365,17 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
         raise no_ledger(run)
     with SqliteLedger(run.ledger_file) as ledger:
         saved = read_progress(ledger, ARTIFACT_ID)
-    done = len(saved.rounds) if saved else 0
-    planned = spec.get("run_rounds", 15)
-    rounds = args.rounds if args.rounds is not None else max(1, planned - done)
+    planned, workers = spec.get("run_rounds", 15), spec.get("run_workers", 4)
+    if spec.get("run_async"):  # an async run's saved rounds are merges: what is left is counted in rollouts
+        done_rollouts = sum(r.rollouts for r in saved.rounds) if saved else 0
+        left = max(0, -(-(planned * workers - done_rollouts) // workers))
+    else:
+        left = max(0, planned - (len(saved.rounds) if saved else 0))
+    rounds = args.rounds if args.rounds is not None else left
+    if rounds == 0:
+        print(f"{run.path}: nothing left to run (it did the {planned} round(s) it was given); "
+              f"`agentdescent resume {run.path} --rounds N` adds N more")
+        return 0
     spec["run_command"] = _command_line(args)
     return _execute(run, spec, rounds=rounds, workers=spec.get("run_workers", 4),
                     max_tokens=spec.get("run_max_tokens"), asynchronous=bool(spec.get("run_async")),

@@ -243,3 +243,23 @@ def test_the_docs_and_docstrings_point_only_inside_the_repository_and_name_no_fu
     table_rows = [line for line in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8").splitlines()
                   if line.startswith("| `")]
     assert table_rows and not any("\\|" in line for line in table_rows)  # no escaped bars shown literally
+
+
+def test_resuming_a_finished_run_runs_nothing_unless_more_rounds_are_asked_for(tmp_path):
+    with LLMServer(responder=responder()) as server:
+        run_dir = init(tmp_path, server)
+        assert cli("run", str(run_dir), "--rounds", "2", "--workers", "2").returncode == 0
+        sent = len(server.requests)
+        again = cli("resume", str(run_dir))
+        assert again.returncode == 0, again.stderr
+        assert "nothing left to run" in again.stdout and "--rounds N" in again.stdout
+        assert len(server.requests) == sent  # not one call
+        more = cli("resume", str(run_dir), "--rounds", "1")
+        assert more.returncode == 0 and len(_rows(run_dir)) == 3
+
+        async_dir = init(tmp_path, server, name="async-run")
+        assert cli("run", str(async_dir), "--rounds", "2", "--workers", "2", "--async").returncode == 0
+        sent = len(server.requests)
+        again = cli("resume", str(async_dir))
+        assert again.returncode == 0 and "nothing left to run" in again.stdout, again.stdout + again.stderr
+        assert len(server.requests) == sent
