@@ -486,7 +486,7 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
 
 
 def close_run(env: RunEnv) -> None:
-    """Release what the run opened itself: its pools (running calls are abandoned), its ledger, its bar.
+    """Release what the run opened itself: its pools (running calls are abandoned), its lease, its ledger, its bar.
 
     Calls still waited for on another executor are cancelled there by their waiting
     threads; the caller's executor itself is left open.
@@ -497,6 +497,7 @@ def close_run(env: RunEnv) -> None:
         runner.executor.shutdown(wait=False, cancel_futures=True)
     if runner.pool is not runner.executor:
         runner.pool.shutdown(wait=False, cancel_futures=True)
+    env.progress.close()  # the run's lease on the artifact, also on a ledger you passed (it stays open)
     if env.owns_ledger:
         env.ledger.close()
     env.recorder.close()

@@ -231,3 +231,10 @@ def test_the_commits_of_a_run_that_saved_nothing_are_not_adopted(tmp_path: Path)
         after = read_progress(ledger, "artifact")
         assert ledger.head("artifact")[0] == before.head_version + out["commits"]
     assert after is not None and after.adopted == [] and len(after.rounds) == len(before.rounds)
+
+
+def test_a_run_on_a_ledger_you_passed_releases_its_lease_when_it_returns(tmp_path: Path) -> None:
+    with SqliteLedger(tmp_path / "run.sqlite") as ledger:
+        evolve(**RouterDomain(seed=0).evolve_kwargs(), rounds=1, ledger=ledger)
+        assert ledger.lease_holders("artifact") == []  # the ledger stays open; the artifact is free
+        assert ledger.head("artifact")[0] >= 1
