@@ -604,6 +604,20 @@ def test_redactor_scrubs_whole_partial_and_masked_keys():
     assert _Redactor(None)("plain text") == "plain text"
 
 
+def test_a_reply_echoing_the_key_masked_is_scrubbed_and_other_ellipses_stay(server, clock):
+    provider = make_openai(server, clock)
+    echo = f"Use the key {KEY[:6]}***{KEY[-4:]}, as configured."
+    server.push(openai_body(echo))
+    text = provider.complete(USER).text
+    assert text == "Use the key [redacted], as configured."
+    assert KEY[:6] not in text and KEY[-4:] not in text
+    redact = _Redactor(KEY)
+    assert KEY[:8] not in redact.reply(f"({KEY[:8]}...)")  # a fragment of 8: the whole word goes
+    for ordinary in ("Wait... the answer is 42.", "Thinking… done", "*** note ***", "sk-abc***wxyz is another key",
+                     f"{KEY[:3]}... is a common prefix"):
+        assert redact.reply(ordinary) == ordinary
+
+
 def test_parse_retry_after_forms():
     assert parse_retry_after({"retry-after": "2"}) == 2.0
     assert parse_retry_after({"retry-after": "0.5"}) == 0.5

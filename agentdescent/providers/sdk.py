@@ -118,8 +118,8 @@ class _Redactor:
     def reply(self, text: str, *, words: bool = True) -> str:
         """Scrub model output: the key and (with ``words``) any word holding a fragment of it.
 
-        The masked-echo rule is left out: ``...``, ``…`` and ``***`` are ordinary in
-        replies. A key shorter than 8 characters is a placeholder (``"EMPTY"`` for a
+        A masked echo is scrubbed only when what it shows is this key's own start and end
+        (``...``, ``…`` and ``***`` are ordinary in replies). A key shorter than 8 characters is a placeholder (``"EMPTY"`` for a
         local server), not a credential, and scrubbing it would corrupt ordinary words,
         so such a key leaves replies alone. ``words=False`` replaces only the whole key,
         for structured text (tool-call arguments) that a word swap would break.
@@ -127,7 +127,27 @@ class _Redactor:
         if len(self._secret) < self._GRAM:
             return text
         text = text.replace(self._secret, "[redacted]")
-        return self._fragments(text) if words else text
+        if not words:
+            return text
+        return self._MASKED.sub(self._masked_echo, self._fragments(text))
+
+    def _masked_echo(self, match: re.Match[str]) -> str:
+        """A masked word that shows this key's own head and tail (``sk-tes***T123``) is the key: scrub it.
+
+        The shown parts must be the key's own start and end and add up to 8 characters or
+        more; any other masked word (``wait...``, ``***``, another key's echo) stays.
+        """
+        raw = match.group(0)
+        word = raw.strip(_PUNCTUATION)
+        head, tail = (re.split(r"\*{3,}|\.{3,}|…", word, maxsplit=1) + [""])[:2]
+        if len(head) + len(tail) >= self._GRAM and self._secret.startswith(head) and self._secret.endswith(tail):
+            start = raw.index(word)
+            return raw[:start] + "[redacted]" + raw[start + len(word):]
+        return raw
+
+
+#: What may stand around a word in a reply without being part of it.
+_PUNCTUATION = "\"'`.,;:!?()[]{}<>"
 
 
 def _server_message(exc: Any) -> str:
