@@ -366,6 +366,11 @@ class RunConfig:
         resume: on a ledger that holds this run's saved progress, continue it (round
             numbering, spend, history, counters, stop-rule, allocator and task-order
             state); False starts the counters over on the same artifact head.
+        run_id: this driver's run id, to share the artifact with other drivers on one
+            ledger file (each with its own): the run keeps its own progress and signs its
+            commits (see `agentdescent.ledger.SqliteLedger`'s ``run_id``). None (the
+            default): the run holds the artifact alone, and a second unshared run on it
+            while this one runs is refused with `agentdescent.errors.LedgerBusy`.
         split: how the tasks split (`Split`; its fields are also keywords of the engines).
         limits: when the run stops (`Limits`; likewise).
         retry: how failures are retried (`Retry`; likewise).
@@ -400,10 +405,26 @@ class RunConfig:
     progress: bool = False
     clock: Clock | Callable[[], float] | None = None
     resume: bool = True
+    run_id: str | None = None
     split: Split = field(default_factory=Split)
     limits: Limits = field(default_factory=Limits)
     retry: Retry = field(default_factory=Retry)
     schedule: Schedule = field(default_factory=Schedule)
+
+    def _check_run_id(self) -> None:
+        if self.run_id is None:
+            return
+        if not isinstance(self.run_id, str) or not self.run_id.strip():
+            raise InvalidArgument(f"run_id={self.run_id!r}: give a non-empty str naming this driver (e.g. "
+                                  "'driver-1'), or None for a run that holds the artifact alone")
+        if self.ledger is None:
+            raise InvalidArgument(f"run_id={self.run_id!r} shares a ledger file, but ledger=None is the run's own "
+                                  "in-memory ledger; pass ledger=PATH, or drop run_id")
+        if not isinstance(self.ledger, (str, os.PathLike)) and getattr(self.ledger, "run_id", None) != self.run_id:
+            raise InvalidArgument(
+                f"run_id={self.run_id!r} with a ledger object whose run id is "
+                f"{getattr(self.ledger, 'run_id', None)!r}: pass ledger=PATH with run_id, or give the run id to "
+                f"the ledger itself (SqliteLedger(path, run_id={self.run_id!r})) and leave run_id out")
 
     def __post_init__(self) -> None:
         tasks = self.tasks
@@ -436,6 +457,7 @@ class RunConfig:
         check_bool(self.fusion_tournament, "fusion_tournament", optional=True)
         check_bool(self.progress, "progress")
         check_bool(self.resume, "resume")
+        self._check_run_id()
         for name, family in _FAMILIES.items():
             if not isinstance(getattr(self, name), family):
                 raise InvalidArgumentType(f"{name}={getattr(self, name)!r:.80}: pass an agentdescent.{family.__name__}")

@@ -386,11 +386,11 @@ def _summarize(reports: Sequence[MergeReport]) -> dict[str, int]:
     }
 
 
-def _open_ledger(ledger: Any) -> tuple[Ledger, bool]:
+def _open_ledger(ledger: Any, run_id: str | None = None) -> tuple[Ledger, bool]:
     if ledger is None:
         return MemoryLedger(), True
     if isinstance(ledger, (str, os.PathLike)):
-        return SqliteLedger(ledger), True
+        return SqliteLedger(ledger, run_id=run_id), True
     return ledger, False
 
 
@@ -417,7 +417,7 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
     train, held_out = config.split.split(config.tasks, config.seed)
     cheap_tasks = config.split.cheap_subset(held_out, config.seed)
 
-    led, owns_ledger = _open_ledger(config.ledger)
+    led, owns_ledger = _open_ledger(config.ledger, config.run_id)
     try:
         state0 = dict(config.initial_state) if config.initial_state is not None else strategy.initial()
         led.register(config.artifact_id, state0, config.blast_radius)

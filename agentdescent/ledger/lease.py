@@ -180,7 +180,8 @@ def _busy(path: str, artifact_id: str, run_id: str, row: LeaseRow, now: float) -
         f"{row.describe(now)}. Wait for it to finish (its lease is released when it returns, and "
         f"taken over once its process is dead or its heartbeat is old), or, to run several "
         f"drivers on one artifact, give each its own run id: "
-        f"evolve(..., ledger=SqliteLedger(path, run_id='driver-1')), each saving its own progress",
+        f"evolve(..., ledger=path, run_id='driver-1') (or SqliteLedger(path, run_id=...)), each saving its "
+        f"own progress",
         path=path, artifact_id=artifact_id, holder=row.holder, pid=row.pid, host=row.host, run_id=row.run_id,
     )
 

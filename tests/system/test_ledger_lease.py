@@ -42,11 +42,13 @@ if args.get("kill_after_commit_round"):
             os.kill(os.getpid(), signal.SIGKILL)
         save(self, state, history)
     ProgressStore.save = dying_save
-ledger = SqliteLedger(args["path"], run_id=args["run_id"]) if args.get("run_id") else args["path"]
+# a sharing driver names its run id on evolve (odd seeds) or on its ledger object (even seeds)
+by_object = args.get("run_id") and args["seed"] % 2 == 0
+ledger = SqliteLedger(args["path"], run_id=args["run_id"]) if by_object else args["path"]
 try:
     result = evolve(**RouterDomain(seed=args["seed"], latency=args["latency"]).evolve_kwargs(),
                     rounds=args["rounds"], seed=args["seed"], ledger=ledger, max_concurrency=4,
-                    resume=args.get("resume", True))
+                    resume=args.get("resume", True), run_id=None if by_object else args.get("run_id"))
 except LedgerBusy as err:
     print(json.dumps({"busy": str(err), "holder_pid": err.pid}))
     sys.exit(3)
@@ -238,3 +240,13 @@ def test_a_run_on_a_ledger_you_passed_releases_its_lease_when_it_returns(tmp_pat
         evolve(**RouterDomain(seed=0).evolve_kwargs(), rounds=1, ledger=ledger)
         assert ledger.lease_holders("artifact") == []  # the ledger stays open; the artifact is free
         assert ledger.head("artifact")[0] >= 1
+
+
+def test_run_id_is_checked_against_the_ledger_it_shares(tmp_path: Path) -> None:
+    kwargs = RouterDomain(seed=0).evolve_kwargs()
+    with pytest.raises(ValueError, match="ledger=None is the run's own"):
+        evolve(**kwargs, rounds=1, run_id="d0")
+    with pytest.raises(ValueError, match=r"SqliteLedger\(path, run_id='d0'\)"):
+        evolve(**kwargs, rounds=1, run_id="d0", ledger=SqliteLedger(tmp_path / "a.sqlite"))
+    with pytest.raises(ValueError, match="non-empty str"):
+        evolve(**kwargs, rounds=1, run_id=" ", ledger=str(tmp_path / "a.sqlite"))
