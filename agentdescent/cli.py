@@ -372,6 +372,7 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
     else:
         left = max(0, planned - (len(saved.rounds) if saved else 0))
     rounds = args.rounds if args.rounds is not None else left
+    make_reward(spec["reward"], run.path)  # a spec edited since: refused even with nothing left to run
     if rounds == 0:
         print(f"{run.path}: nothing left to run (it did the {planned} round(s) it was given); "
               f"`agentdescent resume {run.path} --rounds N` adds N more")
