@@ -32,7 +32,7 @@ from ._version import VERSION
 from .clock import Clock, as_clock
 from .errors import DataLoadError, InvalidArgument
 from .failures import backoff_delay
-from .types import stable_hash
+from .types import number_spans, stable_hash
 
 __all__ = [
     "DEFAULT_HF_ENDPOINT",
@@ -539,7 +539,7 @@ class _Pages:
             self.rows.append(row)
         previous, self._previous = self._previous, (offset, page)
         if repeats:
-            what = f"row_idx {_spans(repeats)} (first returned at offset={first_offset})"
+            what = f"row_idx {number_spans(repeats, most=5)} (first returned at offset={first_offset})"
         elif (
             page
             and previous is not None
@@ -558,18 +558,6 @@ class _Pages:
             url=url,
             status=status,
         )
-
-
-def _spans(numbers: list[int], most: int = 5) -> str:
-    """``[0, 1, 2, 7, 9, 10]`` -> ``"0-2, 7, 9-10"``, at most ``most`` spans."""
-    spans: list[list[int]] = []
-    for n in sorted(set(numbers)):
-        if spans and spans[-1][1] + 1 == n:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans[:most])
-    return text + (f", ... ({len(spans) - most} more spans)" if len(spans) > most else "")
 
 
 def _parse_json_records(content: bytes, url: str, status: int) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from .errors import LedgerError, RunStateDamaged
 from .ledger import Ledger
 from .result import RoundInfo
 from .testset import Evaluation
+from .types import number_spans
 from .usage import Usage
 
 __all__ = ["RUN_STATE_FORMAT", "ProgressStore", "SavedProgress", "capture", "progress_key", "read_all_progress",
@@ -96,16 +97,6 @@ def _parse(saved: Mapping[str, Any], run_id: str) -> SavedProgress:
         ) from None
 
 
-def _spans(numbers: list[int]) -> str:
-    spans: list[list[int]] = []
-    for n in sorted(set(numbers)):
-        if spans and spans[-1][1] + 1 == n:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans) or "none"
-
-
 def _check_rounds(saved: Mapping[str, Any], run_id: str, path: str | None) -> None:
     """Refuse saved progress whose rounds are not exactly 1..N (N as the state recorded it).
 
@@ -126,10 +117,10 @@ def _check_rounds(saved: Mapping[str, Any], run_id: str, path: str | None) -> No
     said = f"the state records {count}" if recorded is not None else f"the last is round {count}"
     what = []
     if missing:
-        what.append(f"round(s) {_spans(missing)} missing (stored: {_spans(indices)}; {said})")
+        what.append(f"round(s) {number_spans(missing)} missing (stored: {number_spans(indices)}; {said})")
     extra = sorted(i for i in indices if not 1 <= i <= count)
     if extra:
-        what.append(f"round(s) {_spans(extra)} stored beyond the {count} the state records")
+        what.append(f"round(s) {number_spans(extra)} stored beyond the {count} the state records")
     if len(set(indices)) < len(indices):
         what.append("a round is stored twice")
     where = f"ledger file {path!r}: " if path is not None else ""

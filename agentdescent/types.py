@@ -24,6 +24,7 @@ __all__ = [
     "MergeReport",
     "Task",
     "apply_ops",
+    "number_spans",
     "sanitize_text",
     "stable_hash",
     "vv_staleness",
@@ -31,6 +32,22 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def number_spans(numbers: list[int], most: int | None = None) -> str:
+    """``[0, 1, 2, 7, 9, 10]`` -> ``"0-2, 7, 9-10"`` (``"none"`` for no number), for messages.
+
+    With ``most``, at most that many spans are written, and how many more there are.
+    """
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and spans[-1][1] + 1 == n:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    shown = spans if most is None else spans[:most]
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in shown) or "none"
+    return text + (f", ... ({len(spans) - len(shown)} more spans)" if len(shown) < len(spans) else "")
 
 
 def sanitize_text(text: str) -> str:
