@@ -20,7 +20,7 @@ The ``--reward`` names are `agentdescent.rewards.by_name`'s (one home for each r
 ``MODULE:FUNC``; each built-in returns a `agentdescent.rewards.Score` whose feedback
 reaches the proposer.
 
-This module owns argument parsing, the commands and the HTML report; the run directory's
+This module owns argument parsing, the commands that drive a run and the error boundary (the read-only ones are `agentdescent.runviews`'s, the HTML report `agentdescent.report`'s); the run directory's
 files are `agentdescent.rundir`'s and the evolution itself is `agentdescent.evolution.evolve`'s.
 It must not print secrets.
 """
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import json
 import math
 import os
@@ -49,25 +48,21 @@ from .errors import (
     GovernanceError,
     InvalidArgument,
     LedgerError,
-    ProviderError,
     UsageError,
 )
 from .evolution import evolve
-from .explain import likely_cause, round_lines, round_record
+from .explain import likely_cause, round_record
 from .ledger import SqliteLedger
 from .plan import cmd_plan
 from .progress import read_progress
-from .report import build_report
 from .result import RoundInfo
 from .rundir import (
     SPEC_FORMAT,
     RunDir,
     atomic_write,
-    check_output,
     load_tasks,
     now,
     read_json,
-    write_output,
     write_tasks,
 )
 from .runlock import hold
@@ -80,15 +75,22 @@ from .runspec import (
     check_key_env,
     check_reward_call,
     initial_state,
-    ledger_problem,
-    load_versions,
     make_agent,
     make_reward,
     make_strategy,
     no_ledger,
     redact,
 )
-from .testset import evaluate
+from .runviews import (
+    cmd_eval,
+    cmd_export,
+    cmd_report,
+    cmd_show,
+    cmd_status,
+    one_line,
+    test_line,
+    test_summary,
+)
 
 __all__ = ["EXIT_INTERRUPTED", "SPEC_FORMAT", "UsageError", "main"]
 
@@ -276,7 +278,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
                           head_version=result.version, error=error, finished=now(),
                           initial_reward=result.initial_reward, held_out_reward=final,
                           tokens=result.usage.total_tokens, round=len(result.history),
-                          test=_test_summary(result.test), why=why)
+                          test=test_summary(result.test), why=why)
             run.write_status(status)
         except KeyboardInterrupt:
             kept = read_progress(ledger, ARTIFACT_ID)  # what a resume starts from (a round can end unsaved)
@@ -301,7 +303,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
           f"{start} -> {shown}; head v{result.version}; {result.committed} commit(s); "
           f"{result.usage.total_tokens:,} tokens in all")
     if status["test"]:
-        print(_test_line(status["test"]))
+        print(test_line(status["test"]))
     if why:
         print(f"why: {why}")
         print(f"(each round in detail: agentdescent status {run.path} --verbose)")
@@ -309,29 +311,6 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
         print(f"agentdescent: the run failed: {error}", file=sys.stderr)
         return 1
     return 0
-
-
-def _test_summary(test: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What ``status.json`` keeps of ``result.test``: the two means and their paired difference."""
-    if not test:
-        return None
-    initial, final = test.get("initial"), test.get("final")
-    return {"initial": initial["mean"] if initial else None, "final": final["mean"] if final else None,
-            "tasks": len((initial or final or {}).get("tasks", [])), "difference": test.get("difference")}
-
-
-def _test_line(test: dict[str, Any]) -> str:
-    """``test set: 0.400 -> 0.650 (difference +0.250, 95% interval [+0.10, +0.40])``."""
-    initial, final = _real(test.get("initial")), _real(test.get("final"))
-    start = "?" if initial is None else f"{initial:.3f}"
-    end = "? (the final head was not scored)" if final is None else f"{final:.3f}"
-    line = f"test set: {start} -> {end}"
-    diff = test.get("difference")
-    numbers = [_real(diff.get(k)) for k in ("mean", "low", "high")] if isinstance(diff, dict) else [None]
-    if None not in numbers:
-        mean, low, high = numbers
-        line += f" (difference {mean:+.3f}, 95% interval [{low:+.2f}, {high:+.2f}])"
-    return line
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -383,211 +362,9 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
                     patience=spec.get("run_patience"))
 
 
-def _real(value: Any) -> float | None:
-    """A finite real number from a file a hand may have edited, else None (a bool or a string is not one)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _count(value: Any) -> str:
-    number = _real(value)
-    return "?" if number is None else f"{int(number):,}"
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    run = RunDir(args.run_dir)
-    run.spec()
-    status = run.status()
-    rounds = run.rounds()
-    unit = "merge" if status.get("unit") == "merge" else "round"
-    state = status.get("state")
-    line = f"state: {state}"
-    if state == "running" and status.get("pid"):
-        line += f" (pid {status['pid']}" + (f", since {status['since']}" if status.get("since") else "") + ")"
-    problem = ledger_problem(run) if state in ("finished", "failed", "interrupted") else None
-    if problem:
-        line += f", but ledger.sqlite is {problem[0]}"
-    print(line)
-    if problem and problem[1]:
-        print(f"ledger: {redact(problem[1])}")
-    if unit == "merge":
-        planned = f" (up to {_count(status['rollouts_planned'])} rollouts)" if status.get("rollouts_planned") else ""
-        print(f"merges: {_count(status.get('round', 0))}{planned}")
-    else:
-        print(f"round: {_count(status.get('round', 0))}" + (
-            f" of {_count(status['rounds_planned'])}" if status.get("rounds_planned") else ""))
-    print(f"head version: {status.get('head_version')}")
-    reward = _real(status.get("held_out_reward"))
-    print(f"held-out reward: {reward if reward is None else format(reward, '.3f')}")
-    print(f"tokens spent: {_count(status.get('tokens', 0))}" + (
-        f" of {_count(status['max_tokens'])}" if status.get("max_tokens") else ""))
-    print(f"stop reason: {status.get('stop_reason')}")
-    if status.get("error"):
-        print(f"error: {redact(str(status['error']))}")
-    if rounds:
-        commits = sum(int(_real(r.get("committed")) or 0) for r in rounds)
-        print(f"commits: {commits} in {len(rounds)} {unit}(s)")
-    if isinstance(status.get("test"), dict):
-        print(_test_line(status["test"]))
-    if args.verbose:
-        for row in rounds:
-            print()
-            print("\n".join(round_lines(row)))
-    why = status.get("why") or (likely_cause(rounds) if state != "running" else None)
-    if why:
-        print(f"{'' if not args.verbose else chr(10)}why: {why}")
-    return 0
-
-
-def _reward_of(run: RunDir) -> dict[int, float]:
-    rewards: dict[int, float] = {}
-    status = run.status()
-    if _real(status.get("initial_reward")) is not None:
-        rewards[1] = float(status["initial_reward"])
-    for row in run.rounds():
-        version, reward = row.get("head_version"), _real(row.get("held_out_reward"))
-        if isinstance(version, int) and reward is not None:
-            rewards[version] = reward
-    return rewards
-
-
-def _pick(states: dict[int, dict[str, str]], version: int | None, flag: str) -> int:
-    if version is None:
-        return max(states)
-    if version not in states:
-        raise UsageError(f"{flag} {version}: no such version; the ledger holds 1..{max(states)}")
-    return version
-
-
-def cmd_show(args: argparse.Namespace) -> int:
-    run = RunDir(args.run_dir)
-    if args.round is not None:
-        return _show_round(run, args.round)
-    states, strategy = load_versions(run)
-    rewards = _reward_of(run)
-    if args.diff:
-        a, b = (_pick(states, v, "--diff") for v in args.diff)
-        ra, rb = rewards.get(a), rewards.get(b)
-        print(f"v{a} (held-out {'?' if ra is None else f'{ra:.3f}'}) -> v{b} (held-out {'?' if rb is None else f'{rb:.3f}'})")
-        diff = difflib.unified_diff(strategy.render(states[a]).splitlines(), strategy.render(states[b]).splitlines(),
-                                    f"v{a}", f"v{b}", lineterm="")
-        print("\n".join(diff) or "(no difference)")
-        return 0
-    v = _pick(states, args.version, "--version")
-    r = rewards.get(v)
-    print(f"# v{v} of {max(states)}; held-out {'?' if r is None else f'{r:.3f}'}", file=sys.stderr)
-    print(strategy.render(states[v]))
-    return 0
-
-
-def _show_round(run: RunDir, index: int) -> int:
-    """``show --round N``: the round's record in words, and the diff of each commit it made."""
-    rows = {row["round"]: row for row in run.rounds() if isinstance(row.get("round"), int)}
-    if index not in rows:
-        raise UsageError(f"--round {index}: no such round; {run.path} has " + (
-            f"rounds 1..{max(rows)}" if rows else "no finished round yet"))
-    row = rows[index]
-    print("\n".join(round_lines(row)))
-    decisions = row.get("decisions") if isinstance(row.get("decisions"), list) else []
-    versions = [d["committed_version"] for d in decisions if isinstance(d, dict) and
-                isinstance(d.get("committed_version"), int)]
-    if versions:
-        states, strategy = load_versions(run)
-        for v in versions:
-            if v in states and v - 1 in states:
-                print(f"\nv{v - 1} -> v{v}:")
-                print("\n".join(difflib.unified_diff(strategy.render(states[v - 1]).splitlines(),
-                                                     strategy.render(states[v]).splitlines(),
-                                                     f"v{v - 1}", f"v{v}", lineterm="")))
-    return 0
-
-
 def _command_line(args: argparse.Namespace) -> str:
     """The command as typed (``agentdescent ...``), for the spec and the report (no flag takes a key)."""
     return shlex.join(["agentdescent", *getattr(args, "argv", [])])
-
-
-def _one_line(text: str, limit: int = 0) -> str:
-    text = " ".join(str(text).split())
-    return text if not limit or len(text) <= limit else text[: limit - 3] + "..."
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    run = RunDir(args.run_dir)
-    spec = run.spec()
-    out = Path(args.json) if args.json else None
-    if out is not None:  # before any call: nothing is spent on an evaluation it cannot write
-        check_output(out, run.path, "--json", force=args.force)
-    tasks = load_tasks(Path(args.tasks), "--tasks", minimum=1)
-    reward = make_reward(spec["reward"], run.path)
-    check_answers(spec["reward"], reward, tasks, f"--tasks {args.tasks}")
-    if run.ledger_file.exists() or run.status_file.exists():
-        states, strategy = load_versions(run)
-        version = _pick(states, args.version, "--version")
-        state, label = states[version], f"v{version} of {max(states)}"
-    else:
-        if args.version not in (None, 1):
-            raise UsageError(f"--version {args.version}: {run.path} has not run yet; only v1, the starting "
-                             "artifact, exists")
-        strategy = make_strategy(spec, load_tasks(run.tasks_file))
-        version, state = 1, initial_state(spec, strategy)
-        label = "v1 (the starting artifact; the run has not started)"
-    known = {t.id for t in load_tasks(run.tasks_file)}
-    shared = [t.id for t in tasks if t.id in known]
-    if shared:
-        print(f"note: {len(shared)} of these tasks share an id with the run's tasks (first {shared[0]!r}); "
-              "the run has seen those", file=sys.stderr)
-    agent = make_agent(spec, propose=False)
-    try:
-        evaluation = evaluate(tasks, reward, agent=agent, state=state, strategy=strategy, repeats=args.repeats,
-                              max_concurrency=args.workers)
-    except ProviderError as exc:
-        print(f"agentdescent eval: the model call failed: {redact(_one_line(exc, 400))}", file=sys.stderr)
-        return 1
-    except UsageError:
-        raise
-    except AgentDescentError as exc:
-        print(f"agentdescent eval: the evaluation failed: {redact(_one_line(exc, 400))}", file=sys.stderr)
-        return 1
-    low, high = evaluation.interval()
-    draws = "1 draw" if args.repeats == 1 else f"{args.repeats} draws"
-    count = "1 task" if len(tasks) == 1 else f"{len(tasks)} tasks"
-    print(f"{label} on {count} of {args.tasks} ({draws} each), reward {spec['reward']}: "
-          f"mean {evaluation.mean:.3f}, 95% interval [{low:.3f}, {high:.3f}]")
-    width = max(len(t) for t in evaluation.tasks)
-    for task_id, score in evaluation.per_task.items():
-        feedback = _one_line(evaluation.feedback.get(task_id, ""), 120)
-        print(f"  {task_id:<{width}}  {score:.3f}  {feedback}".rstrip())
-    print(f"{agent.usage.calls} model calls, {agent.usage.total_tokens} tokens")
-    if out is not None:
-        data = {"run_dir": str(run.path), "version": version, "tasks_file": str(args.tasks),
-                "model": spec["model"], "reward": spec["reward"], **evaluation.to_json()}
-        check_output(out, run.path, "--json", force=args.force)  # again: the calls took a while
-        write_output(out, json.dumps(data, indent=2, sort_keys=True), "--json")
-        print(f"wrote {out}")
-    return 0
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    run = RunDir(args.run_dir)
-    out = Path(args.output)
-    check_output(out, run.path, "-o", force=args.force)
-    states, strategy = load_versions(run)
-    v = _pick(states, args.version, "--version")
-    write_output(out, strategy.render(states[v]) + "\n", "-o")
-    print(f"wrote v{v} to {out}")
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    run = RunDir(args.run_dir)
-    out = Path(args.output) if args.output else run.report_file
-    check_output(out, run.path, "-o", force=args.force, allowed=run.report_file)  # its own file is replaced freely
-    page = build_report(run)
-    write_output(out, page, "-o")
-    print(f"wrote {out}")
-    return 0
 
 
 # --------------------------------------------------------------------------- parser
@@ -792,7 +569,7 @@ def _main(argv: list[str]) -> int:
 def _error_line(exc: BaseException) -> str:
     """An exception in one line with every key-shaped string redacted; one that is not an
     `AgentDescentError` (a fault, not a message written for the user) says its type and where it was raised."""
-    text = _one_line(exc) or type(exc).__name__
+    text = one_line(exc) or type(exc).__name__
     if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
         text += f": {exc.filename}"
     if not isinstance(exc, AgentDescentError):
