@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,11 @@ from ..errors import (
     InvalidArgument,
     InvalidArgumentType,
     LedgerError,
-    LedgerTooNew,
     RunStateDamaged,
 )
 from ..validation import check_seconds
 from .base import (
     SCHEMA,
-    SCHEMA_VERSION,
     Ledger,
     LedgerEntry,
     _check_artifact_id,
@@ -49,64 +46,19 @@ from .base import (
 )
 from .integrity import (
     ROOT_DIGEST,
-    HistoryCheck,
-    Pointer,
-    chain,
     damaged_file_error,
-    empty_file_error,
     head_problem,
-    history_error,
     row_error,
     version_digest,
 )
 from .lease import DEFAULT_EXPIRY, LeaseHolder
+from .schema import SchemaKeeper
 
 __all__ = ["SqliteLedger"]
 
 logger = logging.getLogger("agentdescent.ledger")
 
 
-# Schema 2. The head pointer and the digests carry defaults only so that a schema-1 file
-# upgraded with ALTER TABLE has exactly the shape of a new one; every write sets them.
-_CREATE_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS artifacts ("
-    " artifact_id TEXT PRIMARY KEY,"
-    " blast_radius REAL NOT NULL,"
-    " created_at REAL NOT NULL,"
-    " head_version INTEGER NOT NULL DEFAULT 0,"
-    " head_digest TEXT NOT NULL DEFAULT '')",
-    "CREATE TABLE IF NOT EXISTS versions ("
-    " artifact_id TEXT NOT NULL REFERENCES artifacts(artifact_id),"
-    " version INTEGER NOT NULL,"
-    " state_json TEXT NOT NULL,"
-    " meta_json TEXT NOT NULL,"
-    " created_at REAL NOT NULL,"
-    " parent_digest TEXT NOT NULL DEFAULT '',"
-    " digest TEXT NOT NULL DEFAULT '',"
-    " PRIMARY KEY (artifact_id, version))",
-    "CREATE TABLE IF NOT EXISTS run_state ("
-    " run_id TEXT PRIMARY KEY,"
-    " state_json TEXT NOT NULL,"
-    " updated_at REAL NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS run_rounds ("
-    " run_id TEXT NOT NULL,"
-    " idx INTEGER NOT NULL,"
-    " round_json TEXT NOT NULL,"
-    " PRIMARY KEY (run_id, idx))",
-)
-
-# Schema 1 -> 2: the head pointer and the chain's columns (filled in by _upgrade).
-_UPGRADE_FROM_1 = (
-    "ALTER TABLE artifacts ADD COLUMN head_version INTEGER NOT NULL DEFAULT 0",
-    "ALTER TABLE artifacts ADD COLUMN head_digest TEXT NOT NULL DEFAULT ''",
-    "ALTER TABLE versions ADD COLUMN parent_digest TEXT NOT NULL DEFAULT ''",
-    "ALTER TABLE versions ADD COLUMN digest TEXT NOT NULL DEFAULT ''",
-)
-
-_MARKER = re.compile(r"agentdescent-ledger/(\d+)")
-
-# The head row, read through the artifact's head pointer, in one SELECT.
 _HEAD_SQL = (
     "SELECT a.head_version, a.head_digest, v.version, v.parent_digest, v.state_json,"
     " v.meta_json, v.digest FROM artifacts a LEFT JOIN versions v"
@@ -114,7 +66,7 @@ _HEAD_SQL = (
 )
 
 
-class SqliteLedger(LeaseHolder, Ledger):
+class SqliteLedger(SchemaKeeper, LeaseHolder, Ledger):
     """A `Ledger` in one SQLite file: the embedded default for persisted runs.
 
     SQLite gives the CAS rule for free across threads *and* processes: a commit runs
@@ -366,187 +318,6 @@ class SqliteLedger(LeaseHolder, Ledger):
             conn.execute("COMMIT")
 
     # ----------------------------------------------------------------- opening
-
-    def _init_schema(self) -> None:
-        if not os.path.lexists(self._path):
-            self._create_new()
-        self._check_not_empty()
-        conn = self._conn()
-        # Look before touching anything: another application's database (or a newer
-        # ledger) must not be switched to WAL, given our tables or upgraded.
-        with self._translate("reading the file"):
-            schema = self._schema_of(conn)
-        if schema is not None and self._check_history_on_open:
-            # Before the WAL switch below, so a refused file is left exactly as it was.
-            with self._translate("checking the ledger history"):
-                self._check_history(conn, chained=schema >= 2)
-        with self._translate("switching to WAL journaling"):
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            logger.warning(
-                "ledger file %s: SQLite refused WAL journaling (mode %r); readers will wait "
-                "for writers",
-                self._path,
-                mode,
-            )
-        if schema == SCHEMA_VERSION:
-            return
-        if schema is None:
-            # A SQLite database with no tables at all (made by hand): it becomes a ledger.
-            with self._write("creating the ledger tables") as conn:
-                if self._schema_of(conn) is None:  # another process may have done it since
-                    self._create_tables(conn)
-                    logger.info("created ledger %s (%s)", self._path, SCHEMA)
-            return
-        self._upgrade()
-
-    @staticmethod
-    def _create_tables(conn: sqlite3.Connection) -> None:
-        for statement in _CREATE_SCHEMA:
-            conn.execute(statement)
-        conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", ("schema", SCHEMA))
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    def _create_new(self) -> None:
-        """Make a new ledger at the path: built whole under a temporary name, then linked in.
-
-        Another process never sees a half-made ledger (an empty file is refused as damage),
-        and of two processes creating the same path at once, one file wins, whole.
-        """
-        temp = self._path.with_name(f".{self._path.name}.{os.getpid()}.{threading.get_ident()}.new")
-        try:
-            with self._translate("creating a new ledger"):
-                raw = sqlite3.connect(str(temp), isolation_level=None)
-                try:
-                    raw.execute("BEGIN IMMEDIATE")
-                    self._create_tables(raw)
-                    raw.execute("COMMIT")
-                finally:
-                    raw.close()
-            try:
-                os.link(temp, self._path)
-            except FileExistsError:
-                return  # another process created it first: open theirs
-            except OSError:
-                # No hard links on this filesystem: a rename, which can only lose a race
-                # with another creator in the instant between the check and the move.
-                if not os.path.lexists(self._path):
-                    os.replace(temp, self._path)
-            logger.info("created ledger %s (%s)", self._path, SCHEMA)
-        except OSError as exc:
-            raise LedgerError(
-                f"ledger file {str(self._path)!r}: cannot create it ({exc}); pick a writable path"
-            ) from exc
-        finally:
-            for leftover in (temp, temp.with_name(temp.name + "-journal")):
-                with suppress(OSError):
-                    leftover.unlink()
-
-    def _check_not_empty(self) -> None:
-        try:
-            size = os.path.getsize(self._path)
-        except OSError:
-            return  # not a file, or gone: SQLite says so when it opens it
-        if size == 0:
-            raise empty_file_error(str(self._path))
-
-    def _schema_of(self, conn: sqlite3.Connection) -> int | None:
-        """The file's schema version, None for a database without tables; raise for anything else."""
-        tables = {
-            row[0]
-            for row in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        }
-        if not tables:
-            return None
-        marker = None
-        if "meta" in tables:
-            try:
-                row = conn.execute("SELECT value FROM meta WHERE key = ?", ("schema",)).fetchone()
-            except sqlite3.OperationalError:
-                row = None  # a 'meta' table of another shape: not ours
-            marker = row[0] if row else None
-        match = _MARKER.fullmatch(marker) if isinstance(marker, str) else None
-        stamped = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        if match is not None and {"artifacts", "versions"} <= tables:
-            found = max(int(match.group(1)), stamped)
-            if found > SCHEMA_VERSION:
-                raise LedgerTooNew(
-                    f"ledger file {str(self._path)!r} was written by a newer agentdescent (schema "
-                    f"{found}, this one reads up to {SCHEMA_VERSION}; its marker is {marker!r}); "
-                    "upgrade agentdescent (pip install --upgrade agentdescent) to open it. The file "
-                    "was not changed",
-                    path=str(self._path), found=found, supported=SCHEMA_VERSION,
-                )
-            if found >= 1:
-                return found
-        described = f"schema marker {marker!r}" if marker else "no agentdescent schema marker"
-        raise LedgerError(
-            f"ledger file {str(self._path)!r} is a SQLite database but not an agentdescent "
-            f"ledger: expected schema {SCHEMA!r}, found {described} with tables {sorted(tables)}; "
-            "point the ledger at a new or empty file"
-        )
-
-    def _check_history(self, conn: sqlite3.Connection, *, chained: bool) -> None:
-        """Raise `LedgerCorrupted` listing every gap, broken link and unreadable row; read-only.
-
-        One read transaction, so a writer in another handle or process cannot make a
-        sound file look torn between the queries; one pass over each table, with the
-        versions streamed in primary-key order (`HistoryCheck` keeps one row per artifact).
-        """
-        pointer = "head_version, head_digest" if chained else "NULL, NULL"
-        digests = "parent_digest, digest" if chained else "NULL, NULL"
-        conn.execute("BEGIN")
-        try:
-            check = HistoryCheck(
-                {aid: Pointer(radius, head, head_digest) for aid, radius, head, head_digest in conn.execute(
-                    f"SELECT artifact_id, blast_radius, {pointer} FROM artifacts")},
-                chained=chained,
-            )
-            for row in conn.execute(
-                f"SELECT artifact_id, version, state_json, meta_json, {digests} FROM versions"
-                " ORDER BY artifact_id, version"
-            ):
-                check.row(*row)
-        finally:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")  # a read transaction: nothing to keep
-        problems = check.problems()
-        if problems:
-            raise history_error(str(self._path), problems)
-        logger.debug("ledger %s: history checked, %d versions of %d artifacts", self._path,
-                     check.rows_seen, len(check.registered))
-
-    def _upgrade(self) -> None:
-        """Schema 1 -> 2 in one transaction: the chain over every stored row, the head pointers, the marker."""
-        started = time.perf_counter()
-        rows = 0
-        with self._write("upgrading the ledger to schema 2") as conn:
-            if self._schema_of(conn) == SCHEMA_VERSION:
-                return  # another process upgraded it since we looked
-            for statement in (*_UPGRADE_FROM_1, *_CREATE_SCHEMA):
-                conn.execute(statement)
-            ids = [row[0] for row in conn.execute(
-                "SELECT artifact_id FROM artifacts UNION SELECT artifact_id FROM versions")]
-            for artifact_id in ids:
-                # Streamed: only the digests are kept, never the states (the cursor is read to
-                # its end before the updates run).
-                updates, (head, head_digest) = chain(artifact_id, conn.execute(
-                    "SELECT version, state_json, meta_json FROM versions WHERE artifact_id = ?"
-                    " ORDER BY version", (artifact_id,)))
-                conn.executemany(
-                    "UPDATE versions SET parent_digest = ?, digest = ? WHERE artifact_id = ? AND version = ?",
-                    updates,
-                )
-                rows += len(updates)
-                if updates:
-                    conn.execute("UPDATE artifacts SET head_version = ?, head_digest = ? WHERE artifact_id = ?",
-                                 (head, head_digest, artifact_id))
-            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA,))
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        logger.info("ledger %s upgraded from schema 1 to %d: %d versions chained in %.2f s",
-                    self._path, SCHEMA_VERSION, rows, time.perf_counter() - started)
 
     def _known_ids(self, conn: sqlite3.Connection) -> list[str]:
         return [row[0] for row in conn.execute("SELECT artifact_id FROM artifacts")]
