@@ -21,7 +21,10 @@ renews. Drivers that share an artifact each give the ledger their own run id
 (``SqliteLedger(path, run_id=...)``); each then saves under ``ARTIFACT@RUN_ID``
 (`progress_key`), and `read_all_progress` lists them all. A commit made after the last
 save (the driver died between its commit and its save) is adopted on reading: one round
-per such version, counted in ``orphan_commits_adopted`` (see `read_progress`).
+per such version, counted in ``orphan_commits_adopted`` (see `read_progress`). The
+engines save a round inside the same `agentdescent.ledger.Ledger.atomic` block as its
+commit, so on a ledger that groups its writes (`agentdescent.ledger.SqliteLedger`) there
+is nothing to adopt: a kill between them leaves neither.
 """
 
 from __future__ import annotations

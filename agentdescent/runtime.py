@@ -244,16 +244,25 @@ class RunEnv:
         return max(0, spent) / merged
 
     def merge_and_record(self, *, rollouts: int, cards: Sequence[Any]) -> RoundInfo:
-        """Merge ``cards`` (one aggregator step) and record the round (see `RoundRecorder`)."""
+        """Merge ``cards`` (one aggregator step) and record the round (see `RoundRecorder`).
+
+        The merge's commit and the round's saved progress land in one block of the
+        ledger's writes (`agentdescent.ledger.Ledger.atomic`): a process killed between
+        them leaves neither, and its resumed run replays the round from the progress
+        saved before it. Only in-memory work runs between the commit and the save; the
+        user's ``on_round`` and the bar come after the save.
+        """
         for card in cards:
             self.aggregator.ingest(card)
-        reports, held = self.merge()
-        for report in reports:
-            if report.outcome is MergeOutcome.COMMITTED and report.accepted is not None:
-                self.cycle.note_commit(report.accepted, [t for c in cards for t in c.trajectory_refs])
-        info = self.recorder.record(reports, held, rollouts=rollouts, cards=len(cards),
-                                    head_version=self.ledger.versions().get(self.artifact_id))
-        self.save_progress()
+        with self.ledger.atomic():
+            reports, held = self.merge()
+            for report in reports:
+                if report.outcome is MergeOutcome.COMMITTED and report.accepted is not None:
+                    self.cycle.note_commit(report.accepted, [t for c in cards for t in c.trajectory_refs])
+            info = self.recorder.record(reports, held, rollouts=rollouts, cards=len(cards),
+                                        head_version=self.ledger.versions().get(self.artifact_id))
+            self.save_progress()
+        self.recorder.announce(info)
         return info
 
     def save_progress(self) -> None:
@@ -340,7 +349,7 @@ class RoundRecorder:
 
     def record(self, reports: list[MergeReport], held: float, *, rollouts: int, cards: int,
                head_version: int | None = None) -> RoundInfo:
-        """The `RoundInfo` of the merge just made; also logged, shown and passed to ``on_round``."""
+        """The `RoundInfo` of the merge just made, logged; `announce` shows it and passes it to ``on_round``."""
         total, failures = self.usage.total_tokens, self.counters.get("backend_failures")
         moment = self.clock.now() if self.clock is not None else 0.0
         info = RoundInfo(
@@ -357,12 +366,15 @@ class RoundRecorder:
         self._spent_mark = spent
         logger.info("%s %d: held-out %.3f, %d commit(s), %d token(s)", self.unit, info.index, held,
                     info.committed, info.tokens)
+        return info
+
+    def announce(self, info: RoundInfo) -> None:
+        """Pass a recorded round to ``on_round`` and the bar (after its progress is saved)."""
         if self.on_round is not None:
             self.on_round(info)
         if self.bar is not None:
             self.bar.update(info.rollouts if self._bar_rollouts else 1)
-            self.bar.set_postfix(reward=f"{held:.3f}", commits=sum(h.committed for h in self.history))
-        return info
+            self.bar.set_postfix(reward=f"{info.held_out_reward:.3f}", commits=sum(h.committed for h in self.history))
 
     def settle_tokens(self) -> None:
         """Count tokens recorded after the last round (work in flight at the stop) in the last round."""

@@ -12,8 +12,10 @@ its task order or restarted its counters would fall behind or repeat.
 With ``--between-commit-and-save`` every kill lands in the one window a timer rarely hits:
 the child kills itself (SIGKILL, through a hook on the progress save) right after a round
 that committed, before that round's progress is saved, ``--kills`` times per seed. The
-resumed run adopts the orphan commit (`agentdescent.progress.read_progress`); the table
-then compares the rounds, and the commits the progress records with the ledger's.
+commit and the save land together (`agentdescent.ledger.Ledger.atomic`), so the kill
+leaves neither and the resumed run replays the round; the table compares the rounds, the
+commits the progress records with the ledger's, and any orphan commit adopted
+(`agentdescent.progress.read_progress`: none, unless a ledger groups nothing).
 
     python bench/resume_cycles.py --rounds 15 --seeds 0,1,2 --between-commit-and-save --json /tmp/resume_between.json
 """

@@ -668,6 +668,68 @@ def test_sigkill_mid_commit_leaves_only_whole_commits(tmp_path):
         raw.close()
 
 
+def _commit_then_hang(path: str, ready) -> None:
+    """Child: commit inside atomic(), say so, and wait there to be killed."""
+    with SqliteLedger(path) as led, led.atomic():
+        led.commit("a", {"n": "2"}, 1)
+        led.save_run_state("a", {"round": 1}, [{"index": 1}])
+        ready.set()
+        time.sleep(60)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
+def test_a_process_killed_inside_atomic_leaves_the_file_as_it_was_before_the_block(tmp_path):
+    path = str(tmp_path / "killed.sqlite")
+    with SqliteLedger(path) as led:
+        led.register("a", {"n": "1"}, 0.2)
+    ready = SPAWN.Event()
+    child = SPAWN.Process(target=_commit_then_hang, args=(path, ready))
+    child.start()
+    try:
+        assert ready.wait(JOIN_TIMEOUT), "the child never committed"
+        with SqliteLedger(path) as led:  # another connection: the block's writes are not there yet
+            assert led.head("a") == (1, {"n": "1"}) and led.load_run_state("a") is None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(JOIN_TIMEOUT)
+    finally:
+        if child.is_alive():
+            child.kill()
+    with SqliteLedger(path) as led:
+        assert led.head("a") == (1, {"n": "1"}) and len(led.history("a")) == 1
+        assert led.load_run_state("a") is None
+        assert led.commit("a", {"n": "2"}, 1) == 2
+
+
+def test_atomic_writes_land_together_when_the_block_ends(tmp_path):
+    path = tmp_path / "a.sqlite"
+    with SqliteLedger(path) as led, SqliteLedger(path) as other:
+        led.register("a", {"n": "1"}, 0.2)
+        seen: list[int] = []
+        with led.atomic():
+            led.commit("a", {"n": "2"}, 1)
+            with led.atomic():  # nested: the outermost block commits
+                led.save_run_state("a", {"head": 2})
+            reader = threading.Thread(target=lambda: seen.append(other.head("a")[0]))
+            reader.start()
+            reader.join(JOIN_TIMEOUT)
+            assert led.head("a")[0] == 2 and led.load_run_state("a")["head"] == 2  # the writer sees its own
+        assert seen == [1]  # another thread read what was committed before the block
+        assert other.head("a")[0] == 2 and other.load_run_state("a")["head"] == 2
+
+
+def test_an_exception_inside_atomic_keeps_the_whole_writes_before_it_and_undoes_the_failed_one(tmp_path):
+    path = tmp_path / "a.sqlite"
+    with SqliteLedger(path) as led:
+        led.register("a", {"n": "1"}, 0.2)
+        with pytest.raises(RuntimeError, match="after the commit"), led.atomic():
+            led.commit("a", {"n": "2"}, 1)
+            with pytest.raises(CASConflict):
+                led.commit("a", {"n": "lost"}, 1)
+            raise RuntimeError("after the commit")
+    with SqliteLedger(path) as led:
+        assert [e.state["n"] for e in led.history("a")] == ["1", "2"]
+
+
 # --------------------------------------------------------------------------- stateful model
 
 IDS = st.sampled_from(["a", "b", "c"])

@@ -1,7 +1,7 @@
 """The ledger seam: what a versioned store of artifact states must do, and the checks both ledgers share.
 
 This module owns version numbering and the compare-and-swap (CAS) commit rule as a
-contract (`Ledger`, with its two optional run-state members), the value a version is
+contract (`Ledger`, with its optional run-state and grouping members), the value a version is
 read back as (`LedgerEntry`), and the argument checks and JSON readers both shipped
 ledgers (`agentdescent.ledger.MemoryLedger`, `agentdescent.ledger.SqliteLedger`) use.
 It must not decide *what* gets committed (that is the aggregator's job), call a model,
@@ -14,6 +14,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -90,13 +91,14 @@ class Ledger(Seam):
     - ``register`` of a known id is a no-op (a resumed run keeps its history).
 
     The six methods above are required; ``save_run_state``/``load_run_state`` (a run's
-    progress, for resume) and ``close`` are optional, with defaults that keep nothing.
+    progress, for resume), ``atomic`` (writes that land together) and ``close`` are
+    optional, with defaults that keep nothing and group nothing.
     Subclass `Ledger` to inherit them, or give any object with the six methods: the
     engines wrap it (`agentdescent.seams.adopt`).
     """
 
     REQUIRED: ClassVar[tuple[str, ...]] = ("register", "head", "versions", "commit", "history", "blast_radius")
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("save_run_state", "load_run_state", "close")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("save_run_state", "load_run_state", "atomic", "close")
 
     def register(self, artifact_id: str, state: Mapping[str, str], blast_radius: float) -> None:
         """Create ``artifact_id`` at version 1 with ``state``; a no-op if it already exists."""
@@ -152,6 +154,21 @@ class Ledger(Seam):
         Optional: the default (for a ledger that keeps no progress) is None.
         """
         return None
+
+    def atomic(self) -> AbstractContextManager[None]:
+        """A block whose writes from this thread (commits, run-state saves) land together.
+
+        Optional. The engines merge a round and save its progress inside one block, so
+        a process that dies between a round's commit and the save of that round loses
+        both, and its resumed run replays the round from the progress saved before it,
+        as if the round had never started. The default groups nothing (each write
+        lands on its own; a commit made after the last save is then adopted on resume:
+        `agentdescent.progress.read_progress`).
+
+        A write that fails inside the block is undone on its own; the writes before it
+        still land when the block ends, whether it ends normally or by an exception.
+        """
+        return nullcontext()
 
     def close(self) -> None:
         """Release what the ledger holds open (optional; the default holds nothing)."""

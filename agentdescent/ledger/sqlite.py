@@ -304,9 +304,57 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, Ledger):
             self._pid = os.getpid()
 
     @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """A block whose writes from this thread land in one transaction, or not at all.
+
+        The first write inside the block takes the file's write lock (``BEGIN
+        IMMEDIATE``) and holds it until the block ends, when everything written commits
+        together: a process killed inside the block leaves the file as it was before
+        the block. The engines merge a round and save its progress in one block (see
+        `agentdescent.ledger.Ledger.atomic`), so keep what runs between the first write
+        and the end short: other writers to the file (other threads, other processes)
+        wait for it, up to ``timeout``.
+
+        Each write inside the block is whole or undone on its own (a savepoint): a
+        write that raises (a `CASConflict`, say) leaves the ones before it, which land
+        when the block ends, whether it ends normally or by an exception. Blocks nest;
+        the outermost one commits. Other threads read what was committed before the
+        block until it ends.
+
+        Raises:
+            LedgerError: the file cannot be written when the block ends.
+        """
+        depth = getattr(self._local, "atomic", 0)
+        self._local.atomic = depth + 1
+        try:
+            yield
+        finally:
+            self._local.atomic = depth
+            conn = getattr(self._local, "conn", None)
+            if depth == 0 and conn is not None and conn.in_transaction and not self._closed:
+                with self._translate("committing a block of writes"):
+                    conn.execute("COMMIT")
+
+    @contextmanager
     def _write(self, what: str) -> Iterator[sqlite3.Connection]:
-        """Run the body in one ``BEGIN IMMEDIATE`` transaction: all of it or none of it."""
+        """Run the body in one ``BEGIN IMMEDIATE`` transaction: all of it or none of it.
+
+        Inside `atomic`, the body is a savepoint of the block's transaction instead.
+        """
         conn = self._conn()
+        if getattr(self._local, "atomic", 0):
+            with self._translate(what):
+                if not conn.in_transaction:
+                    conn.execute("BEGIN IMMEDIATE")
+                conn.execute("SAVEPOINT agentdescent_write")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK TO agentdescent_write")
+                    conn.execute("RELEASE agentdescent_write")
+                    raise
+                conn.execute("RELEASE agentdescent_write")
+            return
         with self._translate(what):
             conn.execute("BEGIN IMMEDIATE")
             try:

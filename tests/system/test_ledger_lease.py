@@ -3,8 +3,9 @@
 A second unshared ``evolve(ledger=path)`` on an artifact another process is driving is
 refused at once, naming the holder's pid; a holder killed with SIGKILL is taken over;
 four drivers that share the artifact each keep every round and token under their own run
-id; and a driver killed between a commit and its save is resumed with that commit adopted,
-so the rounds' commits equal the ledger's.
+id; a driver killed between a commit and its save leaves neither (they land together), so
+its resumed run equals an uninterrupted one round by round; and on a ledger that groups
+nothing, that commit is adopted on resume, so the rounds' commits equal the ledger's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ from agentdescent.domains.router import RouterDomain
 from agentdescent.progress import ProgressStore
 
 args = json.loads(sys.argv[1])
+if args.get("no_atomic"):
+    # A ledger that groups nothing (the seam's default): each write lands on its own.
+    import contextlib
+    SqliteLedger.atomic = lambda self: contextlib.nullcontext()
 if args.get("kill_after_commit_round"):
     # The test hook: die right after a round that committed, before its progress is saved.
     save = ProgressStore.save
@@ -54,14 +59,16 @@ except LedgerBusy as err:
     sys.exit(3)
 print(json.dumps({"pid": os.getpid(), "rounds": len(result.history), "tokens": result.usage.total_tokens,
                   "commits": sum(r.committed for r in result.history), "version": result.version,
-                  "adopted": result.counters.get("orphan_commits_adopted", 0)}))
+                  "adopted": result.counters.get("orphan_commits_adopted", 0),
+                  "rewards": [r.held_out_reward for r in result.history]}))
 """.replace("ROOT", repr(str(ROOT)))
 
 
 def _start(path: Path, *, rounds: int, seed: int = 0, latency: float = 0.002, run_id: str | None = None,
-           kill_after_commit_round: int | None = None, resume: bool = True) -> subprocess.Popen[str]:
+           kill_after_commit_round: int | None = None, resume: bool = True,
+           no_atomic: bool = False) -> subprocess.Popen[str]:
     args = {"path": str(path), "rounds": rounds, "seed": seed, "latency": latency, "run_id": run_id,
-            "kill_after_commit_round": kill_after_commit_round, "resume": resume}
+            "kill_after_commit_round": kill_after_commit_round, "resume": resume, "no_atomic": no_atomic}
     return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -155,9 +162,34 @@ def test_an_unshared_driver_is_refused_while_sharing_drivers_run(tmp_path: Path)
         sharer.wait()
 
 
-def test_a_kill_between_commit_and_save_is_adopted_on_resume(tmp_path: Path) -> None:
+def test_a_kill_between_commit_and_save_leaves_neither_and_the_resumed_run_equals_an_uninterrupted_one(
+        tmp_path: Path) -> None:
+    code, whole = _finish(_start(tmp_path / "whole.sqlite", rounds=8))
+    assert code == 0, whole
     path = tmp_path / "run.sqlite"
     code, out = _finish(_start(path, rounds=8, kill_after_commit_round=2))
+    assert code == -signal.SIGKILL, out
+    with SqliteLedger(path) as ledger:
+        head = ledger.head("artifact")[0]
+        progress = read_progress(ledger, "artifact")
+    assert progress is not None
+    assert progress.adopted == [] and progress.head_version == head  # the commit went with the unsaved round
+    assert progress.commits == head - 1
+    done = len(progress.rounds)
+    code, out = _finish(_start(path, rounds=8 - done))
+    assert code == 0, out
+    assert out["adopted"] == 0
+    assert out["rounds"] == 8 and out["commits"] == whole["commits"] and out["version"] == whole["version"]
+    assert out["rewards"] == whole["rewards"]  # round by round, as if never killed
+    with SqliteLedger(path) as ledger:
+        final = read_progress(ledger, "artifact")
+        assert final is not None and final.commits == ledger.head("artifact")[0] - 1 and len(final.rounds) == 8
+        assert [r.held_out_reward for r in final.rounds] == whole["rewards"]
+
+
+def test_on_a_ledger_that_groups_nothing_a_commit_after_the_last_save_is_adopted_on_resume(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    code, out = _finish(_start(path, rounds=8, kill_after_commit_round=2, no_atomic=True))
     assert code == -signal.SIGKILL, out
     with SqliteLedger(path) as ledger:
         stored = ledger.load_run_state("artifact")
@@ -168,7 +200,7 @@ def test_a_kill_between_commit_and_save_is_adopted_on_resume(tmp_path: Path) -> 
     assert progress.head_version == head - 1 == stored["head"]["version"]
     assert progress.commits == head - 1  # the rounds' commits equal the ledger's
     done = len(progress.rounds)
-    code, out = _finish(_start(path, rounds=8 - done))
+    code, out = _finish(_start(path, rounds=8 - done, no_atomic=True))
     assert code == 0, out
     assert out["adopted"] == 1
     assert out["rounds"] == 8 and out["commits"] == out["version"] - 1

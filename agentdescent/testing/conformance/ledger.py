@@ -35,7 +35,7 @@ class LedgerConformance:
     `CASConflict` with the right attributes and changes nothing; threads committing
     at once never lose or duplicate a version, and never see a torn head; unknown
     artifacts raise `LedgerError`; states, audit records and blast radii round-trip
-    exactly, as copies the caller may mutate.
+    exactly, as copies the caller may mutate; writes inside ``atomic()`` land.
 
     Input validation (which ``TypeError`` a bad state raises) and log output are the
     shipped ledgers' house style, not part of the contract, so they are not checked.
@@ -208,6 +208,21 @@ class LedgerConformance:
                     f"a refused commit changes nothing: after the conflict on base {base}, "
                     f"head('a') is {ledger.head('a')!r} with {len(ledger.history('a'))} versions",
                 )
+
+    def test_atomic_lets_writes_inside_it_land(self, tmp_path: Path) -> None:
+        """Writes inside ``atomic()`` are seen by the writer at once and by everyone once it ends;
+        a conflict inside it changes nothing and leaves the earlier writes."""
+        with self._ledger(tmp_path) as ledger:
+            ledger.register("a", {"k": "1"}, 0.2)
+            with ledger.atomic():
+                ledger.commit("a", {"k": "2"}, 1)
+                _check(ledger.head("a") == (2, {"k": "2"}),
+                       f"inside atomic() the writer reads its own commit: head('a') is {ledger.head('a')!r}")
+                _expect_raises(CASConflict, lambda: ledger.commit("a", {"k": "lost"}, 1),
+                               "a stale commit inside atomic()")
+            _check(ledger.head("a") == (2, {"k": "2"}) and len(ledger.history("a")) == 2,
+                   f"after atomic() ends its writes have landed, the refused one not: head('a') is "
+                   f"{ledger.head('a')!r} with {len(ledger.history('a'))} versions")
 
     def test_commit_copies_the_state(self, tmp_path: Path) -> None:
         """Changing the caller's dict after ``commit`` does not change the ledger."""
