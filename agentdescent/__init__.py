@@ -30,6 +30,7 @@ from .errors import (
     CASConflict,
     ContractError,
     DataLoadError,
+    EditRefused,
     GovernanceError,
     InvalidArgument,
     InvalidArgumentType,
@@ -52,6 +53,7 @@ from .errors import (
     RunFailed,
     RunStateDamaged,
     RunTimeout,
+    SandboxUnavailable,
     UsageError,
 )
 from .evolution import evolve
@@ -103,6 +105,7 @@ __all__ = [
     "ContextManager",
     "ContractError",
     "DataLoadError",
+    "EditRefused",
     "Diff",
     "Evaluator",
     "EvidenceCard",
@@ -148,6 +151,7 @@ __all__ = [
     "RunFailed",
     "RunStateDamaged",
     "RunTimeout",
+    "SandboxUnavailable",
     "Schedule",
     "Score",
     "SingleSlot",

@@ -37,6 +37,7 @@ from .usage import Usage, current_worker, thread_tokens, usage_phase, worker_sco
 from .validation import check_int, check_real
 
 __all__ = [
+    "DEFAULT_EDIT_TEMPLATE",
     "DEFAULT_PROPOSE_TEMPLATE",
     "DEFAULT_REWRITE_TEMPLATE",
     "DEFAULT_SOLVE_TEMPLATE",
@@ -115,6 +116,35 @@ Rewrite the instructions so that the assistant does better on tasks like this on
 what works, change as little as needed, and keep them general (never put the answer to \
 this task in them). Reply with the complete new instructions only. If no change would \
 help, reply NONE."""
+
+#: The user message of a propose call in edit mode (``proposal="edit"``, for
+#: `agentdescent.code.FileTree`): the model returns search/replace blocks. Same fields as
+#: `DEFAULT_PROPOSE_TEMPLATE`; ``{artifact}`` is required too. ``{prompt}`` is the failing
+#: test (its id and source), ``{output}`` what the test run reported.
+DEFAULT_EDIT_TEMPLATE = """\
+You are fixing the code of a project so that its tests pass. One test fails.
+
+The project's files:
+{artifact}
+
+The failing test:
+{prompt}
+
+What the test run reported:
+{output}{feedback}
+
+Fix the code (never the tests) with the smallest change that makes this test pass \
+without breaking the others. Reply with one or more edits, each in exactly this form:
+
+path/of/the/file.py
+<<<<<<< SEARCH
+the exact current lines to replace
+=======
+the new lines
+>>>>>>> REPLACE
+
+The SEARCH part must copy the current lines exactly, whitespace included, and occur \
+once in the file. If no change would help, reply NONE."""
 
 _SOLVE_FIELDS = {"artifact", "prompt", "task_id"}
 _SOLVE_REQUIRED = ("prompt",)
@@ -205,7 +235,8 @@ class LLMAgent(Agent):
     reward said (through ``propose_template``) and turns the reply into exactly one proposal
     or ``None`` (`parse_proposal`). In ``proposal="rule"`` mode (the default, for
     `AppendRules` and `KeyedRules`) that is one general rule; in ``"rewrite"`` mode (for
-    `SingleSlot`) the whole new text. Proposals stay small because the strategies turn a
+    `SingleSlot`) the whole new text; in ``"edit"`` mode (for `agentdescent.code.FileTree`)
+    search/replace blocks (`DEFAULT_EDIT_TEMPLATE`). Proposals stay small because the strategies turn a
     proposal into one diff, and small diffs are what the aggregator can verify and fuse.
     A reply cut off by the per-call limit, one that restates the artifact or echoes the
     task, one over ``max_proposal_chars`` and one that is not a rule are refused (None),
@@ -233,8 +264,10 @@ class LLMAgent(Agent):
             mode), ``{reward}`` (a float), ``{task_id}``, ``{feedback}`` (the reward's
             feedback as a paragraph, or nothing: see `DEFAULT_PROPOSE_TEMPLATE`) and
             ``{feedback_text}``. Default `DEFAULT_PROPOSE_TEMPLATE`
-            (`DEFAULT_REWRITE_TEMPLATE` in rewrite mode).
-        proposal: ``"rule"`` (one rule per proposal) or ``"rewrite"`` (the whole text).
+            (`DEFAULT_REWRITE_TEMPLATE` in rewrite mode, `DEFAULT_EDIT_TEMPLATE` in edit mode).
+        proposal: ``"rule"`` (one rule per proposal), ``"rewrite"`` (the whole text) or
+            ``"edit"`` (search/replace blocks for `agentdescent.code.FileTree`, passed on
+            as written: the tree parses them strictly).
         max_proposal_chars: the longest proposal accepted, in characters (default 400
             for a rule, 4000 for a rewrite); a longer one is refused as ``too_long``.
         model: passed as ``model=`` on every call (``None``: the provider's default).
@@ -264,7 +297,7 @@ class LLMAgent(Agent):
         TypeError: ``provider`` has no ``complete`` method, a template is not a str, or
             ``max_tokens`` / ``temperature`` / ``max_proposal_chars`` has the wrong type.
         ValueError: a template uses an unknown field or lacks a required one; a limit
-            is out of range; ``proposal`` is not ``"rule"`` or ``"rewrite"``.
+            is out of range; ``proposal`` is not ``"rule"``, ``"rewrite"`` or ``"edit"``.
     """
 
     def __init__(
@@ -295,7 +328,8 @@ class LLMAgent(Agent):
         if proposal not in DEFAULT_MAX_CHARS:
             raise InvalidArgument(
                 f"LLMAgent(proposal={proposal!r}): use 'rule' (one rule per proposal, for "
-                "AppendRules/KeyedRules) or 'rewrite' (the whole text, for SingleSlot)"
+                "AppendRules/KeyedRules), 'rewrite' (the whole text, for SingleSlot) or 'edit' "
+                "(search/replace blocks, for agentdescent.code.FileTree)"
             )
         self.proposal = proposal
         self.solve_template = _check_template(
@@ -303,7 +337,8 @@ class LLMAgent(Agent):
             "solve_template", _SOLVE_FIELDS, _SOLVE_REQUIRED,
         )
         self._artifact_in_user = _uses_field(self.solve_template, "artifact")
-        default_propose = DEFAULT_PROPOSE_TEMPLATE if proposal == "rule" else DEFAULT_REWRITE_TEMPLATE
+        default_propose = {"rule": DEFAULT_PROPOSE_TEMPLATE, "rewrite": DEFAULT_REWRITE_TEMPLATE,
+                           "edit": DEFAULT_EDIT_TEMPLATE}[proposal]
         self.propose_template = _check_template(
             default_propose if propose_template is None else propose_template,
             "propose_template", _PROPOSE_FIELDS,

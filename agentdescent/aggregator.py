@@ -28,7 +28,7 @@ from .aggregator_config import AggregatorConfig
 from .allocator import AllocatorPolicy, pre_spend_context
 from .errors import CASConflict, GovernanceError, InvalidArgumentType
 from .evidence_pool import EvidencePool, PoolEntry
-from .fusion import rank_cards, resolve_conflicts, union_diff, union_members
+from .fusion import fusable, rank_cards, resolve_conflicts, union_diff, union_members
 from .governance import ArtifactInfo, Layer, classify
 from .ledger import Ledger
 from .measurement import Evaluator, Measurement, Measurer, Prepared
@@ -483,6 +483,9 @@ class Aggregator:
         if retried_note:
             notes.append(retried_note)
         members = union_members(survivors) if cfg.fusion_requires_evidence else list(survivors)
+        if any(c.diff.edits for c in members):
+            # edits of one file may overlap once all are applied; those left out are set aside below
+            members = fusable(members)[0]
         if len(members) == 1:
             chosen, fused, contributors = members[0].diff, False, members
             intake.set_aside.extend(c for c in survivors if c is not members[0])
@@ -615,6 +618,9 @@ class Aggregator:
                 f"L1 oracle gate: held-out mean {oracle[0]:.4f} over all {measurement.n} task(s) does "
                 f"not strictly beat the head's {oracle[1]:.4f}{suffix}"
             )
+        elif (veto := self._veto(prepared)) is not None:
+            self.counters["commit_vetoes"] += 1
+            report.reason = f"vetoed before the commit: {veto}{suffix}"
         else:
             version = self._commit(prepared, measurement)
             if version is None:
@@ -629,6 +635,14 @@ class Aggregator:
                 report.reason = acc.reason + suffix
         self._feedback(prepared, report)
         return report
+
+    def _veto(self, prepared: Prepared) -> str | None:
+        """`AggregatorConfig.commit_veto` on the head and the candidate's state: a reason to refuse, or None."""
+        veto = self.config.commit_veto
+        if veto is None:
+            return None
+        reason = veto(prepared.head_state, prepared.candidate.apply(prepared.head_state))
+        return None if reason is None else str(reason)
 
     def _commit(self, prepared: Prepared, measurement: Measurement) -> int | None:
         """CAS commit with bounded retry: re-apply the same diff to a fresh head, never overwrite."""

@@ -7,6 +7,7 @@ commit anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .relevance import RelevanceHook
@@ -98,6 +99,13 @@ class AggregatorConfig:
         head_sample: held-out tasks the starting head is scored on before any work (a
             seeded sample: its reward is measured, not assumed); later heads are scored
             task by task, as candidates need them.
+        commit_veto: ``commit_veto(head_state, candidate_state) -> str | None``: the last
+            check before an accepted candidate is committed. A string refuses it (the
+            merge ends ``below-threshold`` with that reason, counted in ``commit_vetoes``);
+            None lets it commit. For a guard the held-out test cannot give: a code
+            suite refusing a patch that breaks any test the head passes, held out or not
+            (`agentdescent.code.TestSuite.veto`). It is called on the merging thread, once
+            per accepted candidate, and must not commit anything.
     """
 
     false_accept_rate: float = 0.05
@@ -125,6 +133,7 @@ class AggregatorConfig:
     rank_by: str = "evidence"
     head_sample: int = 16
     futility_sample: int = 4
+    commit_veto: Callable[[Mapping[str, str], Mapping[str, str]], str | None] | None = None
 
     def __post_init__(self) -> None:
         owner = "AggregatorConfig"
@@ -157,3 +166,5 @@ class AggregatorConfig:
         check_choice(self.rank_by, "rank_by", ("evidence", "cheap"), owner=owner)
         check_int(self.head_sample, "head_sample", low=1, owner=owner)
         check_int(self.futility_sample, "futility_sample", low=0, owner=owner)
+        check_callable(self.commit_veto, "commit_veto", "commit_veto(head_state, candidate_state) -> str | None",
+                       arity=2, optional=True, owner=owner)

@@ -14,7 +14,8 @@ The tree::
     │   │   ├── InvalidArgumentType (TypeError)   ... of the wrong type or shape
     │   │   └── UsageError                     a bad command-line flag or run-directory file
     │   ├── RewardContractError                a reward outside [0, 1], or not a number
-    │   └── ProposalContractError (TypeError)  a proposal neither str nor None
+    │   ├── ProposalContractError (TypeError)  a proposal neither str nor None
+    │   └── EditRefused                        a code edit that does not apply (counted, not fatal)
     ├── GovernanceError (ValueError)           a governance rule (a frozen L0 artifact)
     ├── LedgerError                            the ledger cannot do what was asked
     │   ├── CASConflict                        a compare-and-swap commit lost
@@ -33,6 +34,7 @@ The tree::
     │   │   └── ProviderConnectionError        the endpoint cannot be reached
     │   └── ProviderDependencyError (ImportError)  the provider's SDK is not installed
     ├── DataLoadError                          a dataset could not be fetched or parsed
+    ├── SandboxUnavailable                     the isolation a sandbox was asked for is missing here
     └── RunError                               a run's own failures (the engines catch them)
         ├── BackendFailure                     one call failed for good; the run goes on
         ├── RunFailed                          the run cannot go on (``result.error``)
@@ -51,6 +53,7 @@ __all__ = [
     "CASConflict",
     "ContractError",
     "DataLoadError",
+    "EditRefused",
     "GovernanceError",
     "InvalidArgument",
     "InvalidArgumentType",
@@ -73,6 +76,7 @@ __all__ = [
     "RunFailed",
     "RunStateDamaged",
     "RunTimeout",
+    "SandboxUnavailable",
     "UsageError",
 ]
 
@@ -115,6 +119,27 @@ class RewardContractError(ContractError):
 
 class ProposalContractError(ContractError, TypeError):
     """A proposer returned something that is neither ``str`` nor ``None``."""
+
+
+class EditRefused(ContractError):
+    """A proposed code edit that does not apply: a search block not found (or found more
+    than once), a path outside the tree, a malformed block.
+
+    A strategy raises it from ``to_diff``; the worker step counts it
+    (``counters["edits_refused"]``, and ``RoundInfo.proposals["edits_refused"]``) like a
+    refused reply and goes on: it never ends a run.
+
+    Args:
+        message: what did not apply and why, naming the path and the block.
+        path: the file the edit was for, when known.
+        reason: a short kind: ``"not_found"``, ``"ambiguous"``, ``"outside"``,
+            ``"excluded"``, ``"malformed"``, ``"no_edit"``, ``"too_big"``.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, reason: str = "malformed") -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
 
 
 class GovernanceError(AgentDescentError, ValueError):
@@ -404,6 +429,14 @@ class DataLoadError(AgentDescentError):
 
 
 # --------------------------------------------------------------------------- a run's own
+
+
+class SandboxUnavailable(AgentDescentError):
+    """The isolation a `agentdescent.code.Sandbox` was asked to require is not available here.
+
+    Raised before anything runs, naming what is missing (Landlock, a network namespace)
+    and the way on: run on a platform that has it, or drop ``require_isolation``.
+    """
 
 
 class RunError(AgentDescentError):

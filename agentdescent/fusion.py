@@ -14,19 +14,31 @@ from collections.abc import Callable, Sequence
 
 from .errors import InvalidArgument
 from .strategies import same_value
+from .textedits import merge_writes
 from .types import Diff, EvidenceCard, stable_hash
 
-__all__ = ["contradicts", "rank_cards", "resolve_conflicts", "union_diff", "union_members"]
+__all__ = ["contradicts", "fusable", "rank_cards", "resolve_conflicts", "union_diff", "union_members"]
+
+
+def _agree(key: str, a: Diff, b: Diff) -> bool:
+    """Do ``a`` and ``b`` write ``key`` compatibly: the same value, or disjoint edits of it?"""
+    x, y = a.ops[key], b.ops[key]
+    if same_value(key, x, y):
+        return True
+    return (isinstance(x, str) and isinstance(y, str)
+            and merge_writes(x, a.edits.get(key, ()), y, b.edits.get(key, ())) is not None)
 
 
 def contradicts(a: Diff, b: Diff) -> bool:
     """True when the two diffs write at least one common key with different values.
 
     Values under a content-addressed rule key that differ only in case are the same rule
-    (`agentdescent.strategies.same_value`), not a contradiction.
+    (`agentdescent.strategies.same_value`), not a contradiction; nor are two edited
+    writes of one key whose edits are disjoint (`agentdescent.textedits.merge_writes`:
+    two code edits in different places of one file).
     """
-    small, large = (a.ops, b.ops) if len(a.ops) <= len(b.ops) else (b.ops, a.ops)
-    return any(k in large and not same_value(k, large[k], v) for k, v in small.items())
+    small, large = (a, b) if len(a.ops) <= len(b.ops) else (b, a)
+    return any(k in large.ops and not _agree(k, small, large) for k in small.ops)
 
 
 def _delta_key(card: EvidenceCard) -> float:
@@ -100,6 +112,9 @@ def resolve_conflicts(
 def union_diff(diffs: Sequence[Diff], target: str) -> Diff:
     """Fuse non-contradicting diffs into one diff (first writer's value kept on equal keys).
 
+    Two edited writes of one key with disjoint edits fuse into the text holding both, and
+    the union keeps both edit lists (in order) for that key.
+
     Args:
         diffs: the diffs to fuse, in arrival order; they must not contradict.
         target: the artifact id.
@@ -108,17 +123,46 @@ def union_diff(diffs: Sequence[Diff], target: str) -> Diff:
         ValueError: two of the diffs contradict (resolve conflicts first).
     """
     ops: dict[str, str | None] = {}
+    edits: dict[str, tuple[tuple[str, str], ...]] = {}
     for d in diffs:
         for k, v in d.ops.items():
             if k in ops and not same_value(k, ops[k], v):
-                raise InvalidArgument(
-                    f"cannot fuse: diffs write key {k!r} with different values; "
-                    "run resolve_conflicts() first"
-                )
+                held = ops[k]
+                merged = (merge_writes(held, edits.get(k, ()), v, d.edits.get(k, ()))
+                          if isinstance(held, str) and isinstance(v, str) else None)
+                if merged is None:
+                    raise InvalidArgument(
+                        f"cannot fuse: diffs write key {k!r} with different values; "
+                        "run resolve_conflicts() first"
+                    )
+                ops[k], edits[k] = merged, edits[k] + d.edits[k]
+                continue
+            if k not in ops and k in d.edits:
+                edits[k] = d.edits[k]
             ops.setdefault(k, v)
     diff_id = f"u{stable_hash(target, [d.diff_id for d in diffs]):016x}"
     breaking = any(d.contract_breaking for d in diffs)
-    return Diff(diff_id, target, ops, contract_breaking=breaking, author="fusion")
+    return Diff(diff_id, target, ops, contract_breaking=breaking, author="fusion", edits=edits)
+
+
+def fusable(cards: Sequence[EvidenceCard]) -> tuple[list[EvidenceCard], list[EvidenceCard]]:
+    """``(fitting, left_out)``: each card, in order, that fuses with the fitting ones before it.
+
+    Non-contradicting pairs always fuse, except edited writes of one key: two edits may
+    each be disjoint from a third and still overlap each other's result once all three
+    are applied (`agentdescent.textedits.merge_writes` decides pairs). A card left out
+    keeps its evidence for a later merge.
+    """
+    fitting: list[EvidenceCard] = []
+    left_out: list[EvidenceCard] = []
+    for card in cards:
+        try:
+            union_diff([c.diff for c in fitting] + [card.diff], card.diff.target)
+        except InvalidArgument:
+            left_out.append(card)
+            continue
+        fitting.append(card)
+    return fitting, left_out
 
 
 def union_members(survivors: Sequence[EvidenceCard]) -> list[EvidenceCard]:

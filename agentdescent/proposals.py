@@ -1,8 +1,9 @@
 """Reply parsing: how a model's reply becomes exactly one proposal, or ``None`` with the reason.
 
 This module owns what counts as a proposal in each mode — one general rule (``"rule"``,
-for `agentdescent.AppendRules` and `agentdescent.KeyedRules`) or one whole new text
-(``"rewrite"``, for `agentdescent.SingleSlot`) — and the refusal kinds a reply that is
+for `agentdescent.AppendRules` and `agentdescent.KeyedRules`), one whole new text
+(``"rewrite"``, for `agentdescent.SingleSlot`), or code edits (``"edit"``, for
+`agentdescent.code.FileTree`, which parses the blocks itself) — and the refusal kinds a reply that is
 neither is counted under (`REFUSAL_KINDS`). Pure text processing: it must not call a
 model, log, or hold state.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from .errors import InvalidArgument
 
 #: Default ``max_chars`` per proposal mode.
-DEFAULT_MAX_CHARS = {"rule": 400, "rewrite": 4000}
+DEFAULT_MAX_CHARS = {"rule": 400, "rewrite": 4000, "edit": 20000}
 
 __all__ = ["DEFAULT_MAX_CHARS", "REFUSAL_KINDS", "TRUNCATED_FINISH_REASONS", "ParsedProposal", "is_blank_artifact", "parse_proposal"]
 
@@ -261,7 +262,10 @@ def parse_proposal(
     helps because...``) go; of a list, the first item not already in the artifact is
     kept; of prose, the first paragraph. In ``"rewrite"`` mode (a whole new text for
     `agentdescent.SingleSlot`) only fences, a lead-in line, trailing commentary and
-    wrapping quotes go; headings stay.
+    wrapping quotes go; headings stay. In ``"edit"`` mode (code edits for
+    `agentdescent.code.FileTree`) the reply is passed on as it is, to be parsed strictly
+    by the tree (an edit that does not apply is refused there, counted as
+    ``edits_refused``); only a cut-off, empty, NONE or over-long reply is stopped here.
 
     Refusals, in the order they are checked: ``"truncated"`` (``finish_reason`` says
     the per-call limit cut the reply off: a half rule is worse than none), ``"empty"``,
@@ -276,14 +280,15 @@ def parse_proposal(
         prompt: the task's prompt (to catch a reply that repeats it).
         output: the answer being improved on (to catch a reply that repeats it).
         finish_reason: the `Completion`'s ``finish_reason``.
-        mode: ``"rule"`` or ``"rewrite"``.
-        max_chars: the size limit (default 400 for a rule, 4000 for a rewrite).
+        mode: ``"rule"``, ``"rewrite"`` or ``"edit"``.
+        max_chars: the size limit (default 400 for a rule, 4000 for a rewrite, 20000 for
+            edits).
 
     Returns:
         A `ParsedProposal`.
     """
     if mode not in DEFAULT_MAX_CHARS:
-        raise InvalidArgument(f"parse_proposal(mode={mode!r}): use 'rule' or 'rewrite'")
+        raise InvalidArgument(f"parse_proposal(mode={mode!r}): use 'rule', 'rewrite' or 'edit'")
     limit = DEFAULT_MAX_CHARS[mode] if max_chars is None else max_chars
     text = text if isinstance(text, str) else ""
     if finish_reason in TRUNCATED_FINISH_REASONS:
@@ -296,6 +301,8 @@ def parse_proposal(
         return ParsedProposal(None, "declined")
     if mode == "rewrite":
         return _parse_rewrite(stripped, artifact, prompt, output, limit)
+    if mode == "edit":
+        return ParsedProposal(None, "too_long") if len(stripped) > limit else ParsedProposal(stripped, "rule")
     lines, body = _artifact_lines(artifact)
     candidates, dropped = _rule_candidates(stripped)
     cleaned = [c for c in (_drop_meta_sentences(_clean_line(c)) for c in candidates) if c]

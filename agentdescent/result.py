@@ -44,7 +44,8 @@ class RoundInfo:
             evidence cards), and with an agent that counts its replies
             (`agentdescent.LLMAgent.stats`) ``rules``, ``declined`` (NONE), ``refused``
             (kind -> count, the kinds that occurred) and ``examples`` (kind -> one refused
-            reply, cut short).
+            reply, cut short); ``edits_refused`` (proposals whose code edits did not apply,
+            `agentdescent.errors.EditRefused`) when there were any.
         elapsed: seconds the round took, on the run's clock (the only field that does not
             repeat between two identical runs).
     """

@@ -315,7 +315,8 @@ class RoundRecorder:
         self._proposal_mark = self._proposal_counts()
 
     def _proposal_counts(self) -> dict[str, int]:
-        counts = {"made": self.counters.get("proposals"), "cards": self.counters.get("cards")}
+        counts = {"made": self.counters.get("proposals"), "cards": self.counters.get("cards"),
+                  "edits_refused": self.counters.get("edits_refused")}
         if self._agent_stats is not None:
             counts.update({f"agent_{k}": int(v) for k, v in self._agent_stats().items() if isinstance(v, int)})
         return counts
@@ -326,6 +327,8 @@ class RoundRecorder:
         delta = {k: v - self._proposal_mark.get(k, 0) for k, v in now.items()}
         self._proposal_mark = now
         out: dict[str, Any] = {"made": delta["made"], "cards": delta["cards"]}
+        if delta["edits_refused"]:
+            out["edits_refused"] = delta["edits_refused"]  # edits that did not apply (a code strategy)
         if self._agent_stats is not None and delta.get("agent_proposals", 0) == delta["made"]:
             # the agent saw these calls itself (not a copy in another process)
             refused = {k: delta[f"agent_{k}"] for k in REFUSAL_KINDS if delta.get(f"agent_{k}", 0)}

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidArgument, InvalidArgumentType
+from .errors import EditRefused, InvalidArgument, InvalidArgumentType
+from .textedits import apply_edits
 
 __all__ = [
     "Diff",
@@ -189,10 +190,17 @@ class Diff:
         contract_breaking: the change alters an interface others rely on; a stale
             contract-breaking diff is discarded under every staleness policy.
         author: who proposed it (a worker id, "fusion", ...), for audit only.
+        edits: key -> the ``(search, replace)`` edits that made its written value from
+            the value the diff was built on (`agentdescent.textedits`), for writes a code
+            edit made; empty for whole writes. `apply` re-applies them to a newer value
+            of the key (a rebase: another diff's change to the same file is kept), and
+            two edited writes of one key fuse when their edits are disjoint
+            (`agentdescent.textedits.merge_writes`).
 
     Raises:
         InvalidArgumentType: an id, the target or the author is not a non-empty ``str``, an
-            op key is not a ``str``, or an op value is neither ``str`` nor ``None``.
+            op key is not a ``str``, an op value is neither ``str`` nor ``None``, or
+            ``edits`` is not key -> a list of ``(str, str)`` pairs for a key ``ops`` writes.
     """
 
     diff_id: str
@@ -200,6 +208,7 @@ class Diff:
     ops: dict[str, str | None]
     contract_breaking: bool = False
     author: str = "unknown"
+    edits: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("diff_id", "target", "author"):
@@ -219,22 +228,63 @@ class Diff:
                     "use a str to write the key or None to delete it"
                 )
         object.__setattr__(self, "ops", dict(self.ops))
+        object.__setattr__(self, "edits", self._checked_edits())
+
+    def _checked_edits(self) -> dict[str, tuple[tuple[str, str], ...]]:
+        if not isinstance(self.edits, Mapping):
+            raise InvalidArgumentType(f"Diff {self.diff_id!r}: edits must be a dict, got {type(self.edits).__name__}")
+        out: dict[str, tuple[tuple[str, str], ...]] = {}
+        for key, pairs in self.edits.items():
+            if not isinstance(self.ops.get(key), str):
+                raise InvalidArgumentType(
+                    f"Diff {self.diff_id!r}: edits for {key!r}, which ops does not write; give edits "
+                    "only for keys the diff writes")
+            try:
+                out[key] = tuple((s, r) for s, r in pairs)
+            except (TypeError, ValueError):
+                out[key] = ()
+            if not out[key] or not all(isinstance(s, str) and isinstance(r, str) for s, r in out[key]):
+                raise InvalidArgumentType(
+                    f"Diff {self.diff_id!r}: edits for {key!r} must be a non-empty list of (search, "
+                    "replace) pairs of str")
+        return out
 
     def size(self) -> int:
         """Number of keys the diff touches."""
         return len(self.ops)
 
     def chars(self) -> int:
-        """Total characters the diff writes (its payload size for the trust region)."""
-        return sum(len(k) + len(v or "") for k, v in self.ops.items())
+        """Total characters the diff writes (its payload size for the trust region).
+
+        An edited write counts its edits (search and replace text), not the whole value.
+        """
+        return sum(len(k) + (sum(len(s) + len(r) for s, r in self.edits[k]) if k in self.edits else len(v or ""))
+                   for k, v in self.ops.items())
 
     def apply(self, state: Mapping[str, str]) -> dict[str, str]:
-        """Return ``state`` with this diff's ops applied (``state`` is not modified)."""
-        return apply_ops(state, self.ops)
+        """Return ``state`` with this diff's ops applied (``state`` is not modified).
+
+        An edited write (`edits`) re-applies its edits to the key's value in ``state``
+        when they apply there (on the state the diff was built on, that gives the written
+        value; on a newer one, it keeps the other changes to that value); when they do not
+        apply, the written value replaces it whole.
+        """
+        if not self.edits:
+            return apply_ops(state, self.ops)
+        ops = dict(self.ops)
+        for key, pairs in self.edits.items():
+            current = state.get(key)
+            if current is not None:
+                try:
+                    ops[key] = apply_edits(current, pairs, path=key)
+                except EditRefused:
+                    pass
+        return apply_ops(state, ops)
 
     def is_noop(self, state: Mapping[str, str]) -> bool:
         """True when applying the diff to ``state`` would change nothing."""
-        return all(state.get(k) == v for k, v in self.ops.items())
+        new = self.apply(state) if self.edits else None
+        return all(state.get(k) == (new.get(k) if new is not None else v) for k, v in self.ops.items())
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of the diff."""
@@ -244,6 +294,7 @@ class Diff:
             "ops": dict(self.ops),
             "contract_breaking": self.contract_breaking,
             "author": self.author,
+            **({"edits": {k: [list(p) for p in v] for k, v in self.edits.items()}} if self.edits else {}),
         }
 
     @classmethod
@@ -255,6 +306,7 @@ class Diff:
             ops=dict(data["ops"]),
             contract_breaking=bool(data.get("contract_breaking", False)),
             author=data.get("author", "unknown"),
+            edits={k: tuple(tuple(p) for p in v) for k, v in (data.get("edits") or {}).items()},
         )
 
 

@@ -3,7 +3,8 @@
 This module owns what one worker does between two looks at the ledger, the same in both
 engines: `TaskWalk` (the seeded walk over the train tasks, unsolved ones first), `rollout_step` (solve and
 score one task on the worker's snapshot), `card_step` (after an unsolved rollout:
-propose -> ``strategy.to_diff`` -> ``governor.candidate_worth`` -> optional self-verify
+propose -> ``strategy.to_diff`` (an `agentdescent.errors.EditRefused` is counted in
+``edits_refused``, no card) -> ``governor.candidate_worth`` -> optional self-verify
 -> `agentdescent.types.EvidenceCard`), and `GroupTracker` (the group-relative advantage
 a card carries). It must not commit, merge, or wait for other workers: the schedulers
 decide when steps run, the aggregator what becomes of their cards.
@@ -12,6 +13,7 @@ decide when steps run, the aggregator what becomes of their cards.
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import random
 import threading
@@ -22,12 +24,14 @@ from typing import Any, Protocol
 from .allocator import pre_spend_context
 from .budget import BudgetGovernor
 from .counters import Counters
-from .errors import ProposalContractError
+from .errors import EditRefused, ProposalContractError
 from .executors import CallRunner
 from .relevance import Relevance
 from .strategies import Strategy
 from .types import Diff, EvidenceCard, Task, stable_hash
 from .usage import thread_tokens
+
+logger = logging.getLogger("agentdescent.worker")
 
 __all__ = ["GroupTracker", "Rollout", "TaskWalk", "WorkerContext", "card_step", "rollout_step"]
 
@@ -259,8 +263,14 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
             )
         if proposal is None:
             return None
-        diff = env.strategy.to_diff(rollout.state, proposal, f"worker-{rollout.worker_id}", rollout.version,
-                                    env.artifact_id)
+        try:
+            diff = env.strategy.to_diff(rollout.state, proposal, f"worker-{rollout.worker_id}", rollout.version,
+                                        env.artifact_id)
+        except EditRefused as refused:
+            # an edit that does not apply (a code strategy): counted like a refused reply
+            env.counters.add("edits_refused")
+            logger.debug("worker %d: edit refused (%s): %s", rollout.worker_id, refused.reason, refused)
+            return None
         if diff is None:
             return None
         card = EvidenceCard(diff, {env.artifact_id: rollout.version}, None, advantage, [task],
