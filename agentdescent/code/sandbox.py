@@ -1,0 +1,634 @@
+"""Where the code of an evolving file tree runs: a fresh folder, a scrubbed environment, limits.
+
+This module owns running one command on one state of a tree (`Sandbox.run`): a fresh
+temporary root per run (``work/``, the command's folder, plus ``home/`` and ``tmp/``),
+the environment the command sees (nothing of the engine's but ``PATH``, ``LANG``,
+``LC_ALL`` and ``TZ``, so no API key), the wall-clock timeout that kills the whole process
+group, and the isolation the platform offers, applied in a fresh process by the launcher
+``agentdescent/code/_jail.py``: resource limits, a network namespace, a private /dev/shm,
+Landlock (writes only inside the root, /proc closed but for the command's own entry, no
+signal to the engine) and, as root, an empty capability set.
+What holds on this machine is probed once per process and said plainly by
+`Sandbox.protections`; where Landlock is missing the run degrades (a Python audit-hook
+guard, the ``nobody`` user) and says so, and ``require_isolation=True`` refuses instead.
+
+It must not change the state of the engine's own process (no ``unshare``, no rlimit, no
+Landlock outside the launcher), must not let any variable of ``os.environ`` through but
+those four, must not leave a root behind, and knows nothing of tests, junit or file-tree
+strategies (`agentdescent.code`'s other modules build on it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import re
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from ..errors import InvalidArgument, InvalidArgumentType, SandboxUnavailable
+from ..validation import check_bool, check_int, check_real, check_seconds
+
+__all__ = ["Sandbox", "SandboxRun"]
+
+_JAIL = str(Path(__file__).with_name("_jail.py"))
+_PREFIX = "agentdescent-sandbox-"
+_PASSED = ("PATH", "LANG", "LC_ALL", "TZ")
+_FIXED = ("HOME", "TMPDIR", "TMP", "TEMP")
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IGNORED = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".venv", "venv",
+                                  "node_modules")
+_READ_BACK_BYTES = 5 * 1024 * 1024
+_EXACT_OUTPUT_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SandboxRun:
+    """What one `Sandbox.run` did: how it ended, how long it took, what it printed and left.
+
+    Attributes:
+        returncode: the exit status (negative: killed by that signal); None when killed on
+            its timeout.
+        timed_out: the wall-clock timeout killed it.
+        seconds: the command's wall time.
+        stdout: its standard output, cut to ``max_output_chars`` (head and tail kept, a
+            marker in the middle says how much was cut).
+        stderr: its standard error, cut the same way.
+        files: the ``read_back`` files that existed after the run (relative path -> text,
+            decoded as UTF-8 with errors replaced, each capped at 5 MB).
+        signal: the signal that ended it, if any (SIGKILL from the timeout, the memory limit...).
+        limits: the limits it ran under (``timeout``, ``grace``, ``memory_mb``,
+            ``cpu_seconds``, ``file_mb``), for `describe`.
+    """
+
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    stdout: str
+    stderr: str
+    files: dict[str, str]
+    signal: int | None = None
+    limits: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """It exited with status 0 within its timeout."""
+        return self.returncode == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        """How the run ended, in one line: ``"exit 0 after 0.42 s"``, ``"killed after its 2 s timeout (+1 s grace)"``."""
+        if self.timed_out:
+            return (f"killed after its {_num(self.limits.get('timeout'))} s timeout "
+                    f"(+{_num(self.limits.get('grace'))} s grace)")
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            why = {signal.SIGKILL: "memory_mb", signal.SIGSEGV: "memory_mb",
+                   signal.SIGXCPU: "cpu_seconds", signal.SIGXFSZ: "file_mb"}.get(self.signal)
+            limit = self.limits.get(why) if why else None
+            hint = {"memory_mb": f" (over the {_num(limit)} MB memory limit?)",
+                    "cpu_seconds": f" (over its {_num(limit)} s CPU limit)",
+                    "file_mb": f" (a file over the {_num(limit)} MB limit)"}.get(why, "") if limit else ""
+            return f"killed by {name} after {_secs(self.seconds)} s{hint}"
+        line = f"exit {self.returncode} after {_secs(self.seconds)} s"
+        first = self.stderr.lstrip().splitlines()[0] if self.stderr.strip() else ""
+        if self.returncode in (126, 127) and first.startswith("agentdescent sandbox:"):
+            line += f" ({first})"
+        return line
+
+
+def _num(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def _secs(seconds: float) -> str:
+    """A duration for a message, to two figures: ``0.42``, ``3.1``, ``75``."""
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
+
+
+# --------------------------------------------------------------------------- the platform probe
+
+
+@dataclass(frozen=True)
+class _Platform:
+    """What isolation this machine offers, as the launcher's probe found it."""
+
+    system: str
+    posix: bool
+    landlock_abi: int = 0
+    net: str | None = None  # "netns" or "userns": how a network namespace can be had
+    caps: bool = False  # running as root, and the capability bounding set can be emptied
+    shm: bool = False  # a private /dev/shm (a mount namespace with its own tmpfs) can be had
+    rlimits: tuple[str, ...] = ()
+    nobody: tuple[int, int] | None = None  # uid, gid to drop to, when root and it can run Python
+
+
+@functools.cache
+def _platform() -> _Platform:
+    """Probe once per process, in a throwaway launcher process, which isolation works here."""
+    system = sys.platform
+    if os.name != "posix":
+        return _Platform(system=system, posix=False)
+    try:
+        done = subprocess.run([sys.executable, "-I", _JAIL, "--probe"], capture_output=True, text=True,
+                              timeout=30, stdin=subprocess.DEVNULL, env={"PATH": os.defpath})
+        found = json.loads(done.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return _Platform(system=system, posix=True)
+    abi = int(found.get("landlock_abi") or 0)
+    return _Platform(system=str(found.get("system", system)), posix=True, landlock_abi=abi,
+                     net=found.get("net"), caps=bool(found.get("caps")), shm=bool(found.get("shm")),
+                     rlimits=tuple(found.get("rlimits", ())),
+                     nobody=_nobody() if found.get("euid") == 0 and not abi else None)
+
+
+def _nobody() -> tuple[int, int] | None:
+    """The ``nobody`` user's ids, if it exists and can run this interpreter."""
+    import pwd  # POSIX only; the module itself must import everywhere
+
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    for path in {os.path.abspath(sys.executable), os.path.realpath(sys.executable)}:
+        for part in (path, *map(str, Path(path).parents)):  # every folder on the way must let it through
+            try:
+                if not os.stat(part).st_mode & stat.S_IXOTH:
+                    return None
+            except OSError:
+                return None
+    return entry.pw_uid, entry.pw_gid
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+
+class Sandbox:
+    """Runs commands on a tree in a fresh temporary folder, isolated as far as the platform allows.
+
+    Each `run` gets its own root, removed afterwards; the command sees a scrubbed
+    environment, runs under resource limits and a wall-clock timeout that kills its whole
+    process group, and (on Linux with Landlock) can write only inside its root, read no
+    other process's /proc entry and signal nothing outside it. `protections` says what holds
+    here. Thread-safe: any number of runs may go at once.
+
+    Args:
+        timeout: the command's wall-clock limit in seconds (``run`` may override it).
+        grace: how long to wait, after the kill, for the process to be gone.
+        memory_mb: the address-space limit per process in MB (>= 64), or None for none.
+        cpu_seconds: the CPU-time limit per process; None: ``timeout + grace`` rounded up.
+        file_mb: the largest file a process may write, in MB, or None for no limit.
+        max_output_chars: stdout and stderr are each cut to this many characters (>= 100).
+        network: let the command use the network (False: cut it off where the platform can).
+        env: extra environment variables for the command; no secrets (a name holding KEY,
+            TOKEN, SECRET or PASSWORD, or a value starting ``sk-``, is refused).
+        require_isolation: refuse (`SandboxUnavailable`) rather than run with weaker isolation
+            when Landlock, or a network block with ``network=False``, is missing.
+
+    Raises:
+        InvalidArgument: a knob out of range, or an ``env`` entry that looks like a secret.
+        InvalidArgumentType: a knob of the wrong type.
+        SandboxUnavailable: ``require_isolation`` and the isolation is missing here.
+    """
+
+    def __init__(self, timeout: float = 60.0, *, grace: float = 2.0, memory_mb: int | None = 2048,
+                 cpu_seconds: float | None = None, file_mb: int | None = 64, max_output_chars: int = 20_000,
+                 network: bool = False, env: Mapping[str, str] | None = None,
+                 require_isolation: bool = False) -> None:
+        owner = "Sandbox"
+        self.timeout = check_seconds(timeout, "timeout", positive=True, owner=owner,
+                                     hint="the command's wall-clock limit")
+        self.grace = check_seconds(grace, "grace", owner=owner, hint="the wait after the kill")
+        self.memory_mb = check_int(memory_mb, "memory_mb", low=64, optional=True, owner=owner,
+                                   hint="the address-space limit in MB; None for none")
+        self.cpu_seconds = check_real(cpu_seconds, "cpu_seconds", low=0.0, low_open=True, optional=True,
+                                      owner=owner, hint="None: timeout + grace")
+        self.file_mb = check_int(file_mb, "file_mb", low=1, optional=True, owner=owner,
+                                 hint="the largest file in MB; None for no limit")
+        self.max_output_chars = check_int(max_output_chars, "max_output_chars", low=100, owner=owner)
+        self.network = check_bool(network, "network", owner=owner)
+        self.env = _check_env(env)
+        self.require_isolation = check_bool(require_isolation, "require_isolation", owner=owner)
+        if self.require_isolation:
+            self._require(_platform())
+
+    def __repr__(self) -> str:
+        extras = f", env={sorted(self.env)!r}" if self.env else ""
+        return (f"Sandbox(timeout={self.timeout:g}, grace={self.grace:g}, memory_mb={self.memory_mb}, "
+                f"cpu_seconds={self.cpu_seconds}, file_mb={self.file_mb}, "
+                f"max_output_chars={self.max_output_chars}, network={self.network}{extras}, "
+                f"require_isolation={self.require_isolation})")
+
+    def _require(self, here: _Platform) -> None:
+        missing = []
+        if not here.landlock_abi:
+            missing.append("Landlock filesystem isolation (Linux 5.13 or later with Landlock enabled)")
+        if not self.network and not here.net and here.landlock_abi < 4:
+            missing.append("a network block (a network namespace, or Landlock ABI 4 or later)")
+        if missing:
+            raise SandboxUnavailable(
+                f"Sandbox(require_isolation=True): {' and '.join(missing)} not available on "
+                f"this {here.system} machine; run on a platform that has it, or pass "
+                "require_isolation=False to run with the weaker protections Sandbox.protections lists")
+
+    @property
+    def protections(self) -> dict[str, str]:
+        """What isolation holds on this machine, one plain sentence per aspect.
+
+        Keys: ``"filesystem"``, ``"secrets"``, ``"network"``, ``"limits"``, ``"processes"``,
+        ``"environment"``.
+        """
+        here = _platform()
+        abi = here.landlock_abi
+        guard = ("a Python audit hook in Python commands refuses writes outside the sandbox's folder "
+                 "and reads of other processes' /proc entries (best-effort: a subprocess of another "
+                 "program, ctypes or python -I gets around it)")
+        if abi:
+            shm = ("a private /dev/shm of its own" if here.shm else
+                   "not /dev/shm, so POSIX semaphores (multiprocessing locks) fail")
+            filesystem = (f"Landlock (ABI {abi}): writes only inside the sandbox's own folder (and to "
+                          f"/dev/null, /dev/zero, /dev/full, /dev/tty and {shm}); everything else "
+                          "read-only; /proc unreadable except the command's own entry (not its children's), "
+                          "/sys and other sandboxes' folders unreadable")
+        else:
+            filesystem = "no Landlock on this platform: " + guard
+            if here.nobody:
+                filesystem += "; the command runs as the nobody user, so it writes only where anyone may"
+        secrets = ("the environment is scrubbed (of the engine's variables only PATH, LANG, LC_ALL and "
+                   "TZ pass), so no API key variable reaches the command; ")
+        secrets += ("other processes' /proc/<pid>/environ is unreadable (Landlock)" if abi else
+                    "other processes' /proc/<pid>/environ is hidden only by the best-effort guard"
+                    + (" and the nobody user" if here.nobody else ""))
+        secrets += "; files on disk stay readable, so keep keys out of readable files"
+        return {
+            "filesystem": filesystem,
+            "secrets": secrets,
+            "network": self._network_sentence(here),
+            "limits": self._limits_sentence(here),
+            "processes": self._processes_sentence(here),
+            "environment": ("HOME, TMPDIR, TMP and TEMP point inside the sandbox; PYTHONDONTWRITEBYTECODE=1, "
+                            "PYTHONHASHSEED=0, PYTHONNOUSERSITE=1 and PYTHONUNBUFFERED=1 are set"
+                            + (f"; extra variables: {', '.join(sorted(self.env))}" if self.env else "")),
+        }
+
+    def _network_sentence(self, here: _Platform) -> str:
+        if self.network:
+            return "not isolated: network=True lets the command reach anything the engine can"
+        if here.net:
+            return (f"a network namespace of its own ({'unshare(CLONE_NEWNET)' if here.net == 'netns' else 'a user and network namespace'}): "
+                    "only its own loopback, nothing outside is reachable (named Unix sockets on disk are)")
+        if here.landlock_abi >= 4:
+            return (f"Landlock (ABI {here.landlock_abi}): TCP connect and bind refused; UDP and Unix "
+                    "sockets still work")
+        return ("not isolated: no network namespace and no Landlock network rules here; only the "
+                "best-effort guard refuses non-Unix socket connects from Python commands")
+
+    def _limits_sentence(self, here: _Platform) -> str:
+        wall = f"wall clock {self.timeout:g} s (+{self.grace:g} s grace) for the whole command"
+        parts = {"AS": self.memory_mb and f"address space {self.memory_mb} MB",
+                 "CPU": f"CPU {self._cpu(self.timeout):g} s",
+                 "FSIZE": self.file_mb and f"files up to {self.file_mb} MB", "CORE": "no core dumps"}
+        held = [text for name, text in parts.items() if text and name in here.rlimits]
+        return f"per process (setrlimit): {', '.join(held)}; {wall}" if held else f"no resource limits here; {wall}"
+
+    def _processes_sentence(self, here: _Platform) -> str:
+        sentence = ("a process group of its own, killed whole (SIGKILL) on timeout and after the command "
+                    "exits; a child that starts its own session escapes that kill")
+        if here.landlock_abi >= 6:
+            sentence += "; Landlock scopes signals and abstract Unix sockets, so it cannot signal or reach the engine"
+        elif here.nobody:
+            sentence += "; it runs as the nobody user, so it cannot signal the engine"
+        else:
+            sentence += "; it can still signal the engine and other processes of its user (no Landlock ABI 6)"
+        if here.caps and here.landlock_abi:
+            sentence += "; run as root, its capabilities are dropped (empty bounding set)"
+        return sentence
+
+    # ----------------------------------------------------------------------- running
+
+    def run(self, command: Sequence[str], *, tree: Mapping[str, str] | None = None,
+            base: str | os.PathLike[str] | None = None, read_back: Sequence[str] = (),
+            timeout: float | None = None) -> SandboxRun:
+        """Run ``command`` in a fresh root holding ``base`` and ``tree``; return how it went.
+
+        The root is removed afterwards, whatever happened. ``stdout``/``stderr`` go to
+        files (never pipes), so a command that prints a lot cannot block.
+
+        Args:
+            command: the program and its arguments, e.g. ``[sys.executable, "-m", "pytest"]``.
+            tree: files to write into ``work/`` (relative POSIX path -> text), over ``base``.
+            base: a directory copied into ``work/`` first (without ``.git``, ``__pycache__``,
+                ``.pytest_cache``, ``*.pyc``, virtualenvs and ``node_modules``).
+            read_back: files (relative to ``work/``) to return in `SandboxRun.files`.
+            timeout: this run's wall-clock limit in seconds (None: the sandbox's).
+
+        Raises:
+            InvalidArgument: an empty command, a bad ``tree`` or ``read_back`` path (absolute,
+                holding ``..``, or leading outside ``work/``), a ``base`` that is not a directory.
+            InvalidArgumentType: an argument of the wrong type.
+            SandboxUnavailable: not a POSIX system, or ``require_isolation`` and the isolation
+                is missing.
+        """
+        argv = _check_command(command)
+        files = _check_tree(tree)
+        wanted = {path: _check_relative(path, "read_back") for path in _check_strings(read_back, "read_back")}
+        base_dir = _check_base(base)
+        limit = check_seconds(timeout, "timeout", positive=True, optional=True, owner="Sandbox.run")
+        limit = self.timeout if limit is None else limit
+        here = _platform()
+        if not here.posix:
+            raise SandboxUnavailable(f"Sandbox.run needs a POSIX system (Linux or macOS), not {here.system}")
+        if self.require_isolation:
+            self._require(here)
+        root = os.path.realpath(tempfile.mkdtemp(prefix=_PREFIX))
+        try:
+            work = os.path.join(root, "work")
+            for name in ("home", "tmp"):
+                os.mkdir(os.path.join(root, name))
+            if base_dir is None:
+                os.mkdir(work)
+            else:
+                shutil.copytree(base_dir, work, symlinks=True, ignore=_ignore)
+            _write_tree(work, files)
+            config, env = self._setup(here, root, limit)
+            return self._execute(argv, root, work, config, env, limit, wanted)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def _setup(self, here: _Platform, root: str, limit: float) -> tuple[dict, dict[str, str]]:
+        """The launcher's config and the command's environment for one run."""
+        wanted = {"AS": None if self.memory_mb is None else self.memory_mb * 1024 * 1024,
+                  "CPU": math.ceil(self._cpu(limit)), "FSIZE": None if self.file_mb is None else self.file_mb * 1024 * 1024,
+                  "CORE": 0}
+        config: dict = {"rlimits": {k: v for k, v in wanted.items() if v is not None and k in here.rlimits}}
+        if not self.network:
+            config["net"] = here.net or ("landlock" if here.landlock_abi >= 4 else None)
+        if here.landlock_abi:
+            if here.shm:  # POSIX semaphores (multiprocessing) need a writable /dev/shm
+                config["shm"] = self.memory_mb or 1024
+            config["landlock"] = {"abi": here.landlock_abi, "root": root, "prefix": _PREFIX,
+                                  "net": config.get("net") == "landlock",
+                                  "writable": ["/dev/shm"] if here.shm else []}
+            config["drop_caps"] = here.caps
+        elif here.nobody:
+            config["user"] = {"uid": here.nobody[0], "gid": here.nobody[1], "root": root}
+        env = {name: os.environ[name] for name in _PASSED if name in os.environ}
+        tmp = os.path.join(root, "tmp")
+        env.update({"HOME": os.path.join(root, "home"), "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp,
+                    "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1",
+                    "PYTHONUNBUFFERED": "1"})
+        env.update(self.env)
+        if not here.landlock_abi:
+            config["guard"] = {"root": root, "network": self.network}
+        return config, env
+
+    def _execute(self, argv: list[str], root: str, work: str, config: dict, env: dict[str, str],
+                 limit: float, wanted: dict[str, str]) -> SandboxRun:
+        # Output is read back through these descriptors, never by path: the command may
+        # replace the files with links (to the engine's /proc entry, say).
+        with open(os.path.join(root, "stdout"), "w+b") as out, open(os.path.join(root, "stderr"), "w+b") as err:
+            start = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-I", _JAIL, json.dumps(config), "--", *argv],
+                                    cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
+            timed_out = False
+            try:
+                timed_out = not _wait_exit(proc, limit)
+            finally:
+                _kill_group(proc.pid)  # on timeout, and stray children after a normal exit
+                with contextlib.suppress(subprocess.TimeoutExpired):  # stuck in the kernel: give up
+                    proc.wait(timeout=self.grace if timed_out else None)
+            seconds = time.monotonic() - start
+            stdout, stderr = _clip_file(out, self.max_output_chars), _clip_file(err, self.max_output_chars)
+        code = None if timed_out else proc.returncode
+        ended_by = signal.SIGKILL if timed_out else (-code if code is not None and code < 0 else None)
+        return SandboxRun(
+            returncode=code, timed_out=timed_out, seconds=seconds,
+            stdout=stdout, stderr=stderr,
+            files=_read_back(work, wanted), signal=int(ended_by) if ended_by is not None else None,
+            limits={"timeout": limit, "grace": self.grace, "memory_mb": self.memory_mb,
+                    "cpu_seconds": self._cpu(limit), "file_mb": self.file_mb})
+
+    def _cpu(self, limit: float) -> float:
+        """The CPU-time limit of a run whose wall-clock limit is ``limit``."""
+        return self.cpu_seconds if self.cpu_seconds is not None else math.ceil(limit + self.grace)
+
+
+# --------------------------------------------------------------------------- process helpers
+
+
+def _wait_exit(proc: subprocess.Popen, limit: float) -> bool:
+    """Wait up to ``limit`` seconds for ``proc`` to exit, *without* reaping it where possible.
+
+    With a pidfd the exited leader stays a zombie until `Popen.wait`, so its process group
+    id cannot be reused before the group is killed.
+    """
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is None:
+        try:
+            proc.wait(timeout=limit)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        ready, _, _ = select.select([fd], [], [], limit)  # PEP 475: retried after a signal
+        return bool(ready)
+    finally:
+        os.close(fd)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, head and tail kept, a marker saying how much went."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[len(text) - (limit - head):]}"
+
+
+def _clip_file(handle: BinaryIO, limit: int) -> str:
+    """A command's output file, decoded with errors replaced and cut to ``limit`` characters.
+
+    Past 8 MB only the two ends are read and decoded; the marker then counts bytes.
+    """
+    try:
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(0)
+        if size <= _EXACT_OUTPUT_BYTES:
+            return _clip(handle.read().decode("utf-8", errors="replace"), limit)
+        head = handle.read(4 * limit).decode("utf-8", errors="replace")[: limit // 2]
+        handle.seek(size - 4 * limit)
+        tail = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    tail = tail[len(tail) - (limit - limit // 2):]
+    cut = size - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    return f"{head}\n[... about {cut} bytes cut ...]\n{tail}"
+
+
+def _read_back(work: str, wanted: dict[str, str]) -> dict[str, str]:
+    """The wanted files (as asked -> normalised) that are regular files inside ``work``.
+
+    Each is opened one component at a time, following no link: the engine, unconfined,
+    must never read a file of the command's choosing (a key file, the engine's own /proc
+    entry) on its behalf, even if a straggler swaps a folder for a link meanwhile.
+    """
+    found = {}
+    for asked, rel in wanted.items():
+        fd = None
+        try:
+            fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            *folders, name = rel.split("/")
+            for folder in folders:
+                fd, parent = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd), fd
+                os.close(parent)
+            fd, parent = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd), fd
+            os.close(parent)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                with os.fdopen(fd, "rb") as handle:
+                    fd = None
+                    found[asked] = handle.read(_READ_BACK_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            pass  # missing, a link, or not a file
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return found
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _ignore(folder: str, names: list[str]) -> set[str]:
+    """What `shutil.copytree` skips: the usual caches, and anything neither file, folder nor link."""
+    skipped = set(_IGNORED(folder, names))
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+        except OSError:
+            skipped.add(name)
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            skipped.add(name)  # a FIFO or socket would block or fail the copy
+    return skipped
+
+
+def _write_tree(work: str, files: dict[str, str]) -> None:
+    real_work = os.path.realpath(work)
+    for rel, text in files.items():
+        dest = os.path.join(work, rel)
+        if not _inside(os.path.realpath(dest), real_work):
+            raise InvalidArgument(f"Sandbox.run(tree=...): {rel!r} leads outside the sandbox's work/ "
+                                  "folder through a symbolic link in base; use a path inside the tree")
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "w", encoding="utf-8", newline="") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise InvalidArgument(f"Sandbox.run(tree=...): cannot write {rel!r} ({exc.strerror}); "
+                                  "a folder of base may stand where the file goes") from None
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise InvalidArgumentType(f"Sandbox(env={type(env).__name__}): use a mapping of names to str, or None")
+    checked = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise InvalidArgument(f"Sandbox(env=...): {name!r} is not a variable name; use letters, "
+                                  "digits and _ (not starting with a digit)")
+        if not isinstance(value, str):
+            raise InvalidArgumentType(f"Sandbox(env={{{name!r}: {type(value).__name__}}}): use a str value")
+        if "\0" in value:
+            raise InvalidArgument(f"Sandbox(env=...): the value of {name} holds a NUL character")
+        if _SECRET_NAME.search(name) or value.startswith("sk-"):
+            raise InvalidArgument(f"Sandbox(env=...): {name} looks like a secret (its name holds KEY, TOKEN, "
+                                  "SECRET or PASSWORD, or its value starts with 'sk-'); sandboxed code must "
+                                  "never see API keys, so leave it out (or rename the variable if it is no secret)")
+        if name in _FIXED:
+            raise InvalidArgument(f"Sandbox(env=...): {name} always points inside the sandbox; leave it out")
+        checked[name] = value
+    return checked
+
+
+def _check_strings(values: Sequence[str], name: str) -> list[str]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) \
+            or not all(isinstance(value, str) for value in values):
+        raise InvalidArgumentType(f"Sandbox.run({name}={values!r:.200}): use a list of str")
+    return list(values)
+
+
+def _check_command(command: Sequence[str]) -> list[str]:
+    argv = _check_strings(command, "command")
+    if not argv or not argv[0]:
+        raise InvalidArgument(f"Sandbox.run(command={command!r}): give the program and its arguments, "
+                              "e.g. [sys.executable, '-m', 'pytest']")
+    if any("\0" in arg for arg in argv):
+        raise InvalidArgument("Sandbox.run(command=...): an argument holds a NUL character")
+    return argv
+
+
+def _check_relative(path: str, name: str) -> str:
+    """``path`` if it is a relative POSIX path that stays below its folder."""
+    parts = PurePosixPath(path).parts if path else ()
+    if not parts or "\0" in path or path.startswith("/") or ".." in parts:
+        raise InvalidArgument(f"Sandbox.run({name}=...): {path!r} is not a relative path inside the "
+                              "work/ folder; use a path like 'src/app.py' (no leading /, no ..)")
+    return str(PurePosixPath(path))
+
+
+def _check_tree(tree: Mapping[str, str] | None) -> dict[str, str]:
+    if tree is None:
+        return {}
+    if not isinstance(tree, Mapping):
+        raise InvalidArgumentType(f"Sandbox.run(tree={type(tree).__name__}): use a mapping of relative "
+                                  "path to text, or None")
+    files = {}
+    for path, text in tree.items():
+        if not isinstance(path, str):
+            raise InvalidArgumentType(f"Sandbox.run(tree=...): the path {path!r} must be a str")
+        if not isinstance(text, str):
+            raise InvalidArgumentType(f"Sandbox.run(tree=...): the content of {path!r} is a "
+                                      f"{type(text).__name__}; use str")
+        files[_check_relative(path, "tree")] = text
+    return files
+
+
+def _check_base(base: str | os.PathLike[str] | None) -> str | None:
+    if base is None:
+        return None
+    if not isinstance(base, (str, os.PathLike)):
+        raise InvalidArgumentType(f"Sandbox.run(base={base!r}): use a path (str or os.PathLike) or None")
+    path = os.fspath(base)
+    if not os.path.isdir(path):
+        raise InvalidArgument(f"Sandbox.run(base={path!r}): not a directory; pass the folder to copy")
+    return path
