@@ -436,6 +436,7 @@ class Aggregator:
         survivors: list[EvidenceCard] = []
         discarded = 0
         already = 0
+        vetoed = 0
         for card in in_region:
             retried = id(card) in drawn_actions
             if retried:
@@ -462,6 +463,12 @@ class Aggregator:
                     intake.rejected.append(card)
                     intake.pooled.append(card)
                     continue
+            if cfg.commit_veto is not None and cfg.commit_veto(head_state, card.diff.apply(head_state)) is not None:
+                # refused on its own before it can join a union (the union is checked again at the commit)
+                self.counters["card_vetoes"] += 1
+                vetoed += 1
+                intake.rejected.append(card)
+                continue
             survivors.append(card)
         retried_note = f"{len(intake.drawn)} re-tried from the pool" if intake.drawn else ""
         if not survivors:
@@ -469,7 +476,8 @@ class Aggregator:
                 artifact_id, MergeOutcome.ALL_STALE, considered=considered,
                 discarded_stale=discarded,
                 reason=f"no diff survived: {discarded} stale, {already} already in the head, "
-                f"{oversized} oversized (policy {self.staleness_policy.name}, alpha={alpha})"
+                f"{oversized} oversized" + (f", {vetoed} vetoed (commit_veto)" if vetoed else "")
+                + f" (policy {self.staleness_policy.name}, alpha={alpha})"
                 + (f"; {retried_note}, none survived again" if retried_note else ""),
             )
 

@@ -104,8 +104,10 @@ class AggregatorConfig:
             merge ends ``below-threshold`` with that reason, counted in ``commit_vetoes``);
             None lets it commit. For a guard the held-out test cannot give: a code
             suite refusing a patch that breaks any test the head passes, held out or not
-            (`agentdescent.code.TestSuite.veto`). It is called on the merging thread, once
-            per accepted candidate, and must not commit anything.
+            (`agentdescent.code.TestSuite.veto`). It is called on the merging thread: on
+            each card's diff before conflicts and fusion (a refused card never joins a
+            union; counted in ``card_vetoes``), and on the accepted candidate before its
+            commit. It must not commit anything.
     """
 
     false_accept_rate: float = 0.05

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sandbox = Sandbox(timeout=args.timeout, grace=1.0, memory_mb=1024)
-    suite = TestSuite(PROJECT, sandbox=sandbox)
+    suite = TestSuite(PROJECT, sandbox=sandbox, plugins=())
     split = Split(stratify="group")
     train, held_out = split.split(suite.tasks(), args.seed)
     print(f"{len(train) + len(held_out)} tests: {len(train)} train, {len(held_out)} held out; sandbox: "

@@ -324,7 +324,7 @@ class Sandbox:
 
     def run(self, command: Sequence[str], *, tree: Mapping[str, str] | None = None,
             base: str | os.PathLike[str] | None = None, read_back: Sequence[str] = (),
-            timeout: float | None = None) -> SandboxRun:
+            timeout: float | None = None, env: Mapping[str, str] | None = None) -> SandboxRun:
         """Run ``command`` in a fresh root holding ``base`` and ``tree``; return how it went.
 
         The root is removed afterwards, whatever happened. ``stdout``/``stderr`` go to
@@ -337,6 +337,8 @@ class Sandbox:
                 ``.pytest_cache``, ``*.pyc``, virtualenvs and ``node_modules``).
             read_back: files (relative to ``work/``) to return in `SandboxRun.files`.
             timeout: this run's wall-clock limit in seconds (None: the sandbox's).
+            env: extra environment variables for this run only, over the sandbox's own
+                ``env`` (checked the same way: no secrets, nothing that moves HOME or TMPDIR).
 
         Raises:
             InvalidArgument: an empty command, a bad ``tree`` or ``read_back`` path (absolute,
@@ -349,6 +351,7 @@ class Sandbox:
         files = _check_tree(tree)
         wanted = {path: _check_relative(path, "read_back") for path in _check_strings(read_back, "read_back")}
         base_dir = _check_base(base)
+        extra = _check_env(env)
         limit = check_seconds(timeout, "timeout", positive=True, optional=True, owner="Sandbox.run")
         limit = self.timeout if limit is None else limit
         here = _platform()
@@ -366,8 +369,9 @@ class Sandbox:
             else:
                 shutil.copytree(base_dir, work, symlinks=True, ignore=_ignore)
             _write_tree(work, files)
-            config, env = self._setup(here, root, limit)
-            return self._execute(argv, root, work, config, env, limit, wanted)
+            config, variables = self._setup(here, root, limit)
+            variables.update(extra)
+            return self._execute(argv, root, work, config, variables, limit, wanted)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 

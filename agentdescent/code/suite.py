@@ -139,6 +139,10 @@ class TestSuite:
         sandbox: where the suite runs (default ``Sandbox(timeout=timeout)``).
         tree: which files of ``directory`` are the artifact (default `FileTree`: the
             ``*.py`` files that are not tests, so the tests themselves can never be edited).
+        plugins: pytest's plugins. None: those installed are loaded, as a plain ``pytest``
+            would. A list: plugin autoloading is off and only these load (``-p NAME``
+            each), which starts each run faster (``()``: none; a project whose tests need
+            a plugin, such as ``pytest_asyncio``, names it). With ``command``, ignored.
         cache_size: suite runs kept, by state (one run scores every test of its state).
 
     Raises:
@@ -150,7 +154,7 @@ class TestSuite:
 
     def __init__(self, directory: str | os.PathLike[str], command: str | Sequence[str] | None = None,
                  timeout: float = 60.0, sandbox: Sandbox | None = None, *, tree: FileTree | None = None,
-                 cache_size: int = 64) -> None:
+                 plugins: Sequence[str] | None = None, cache_size: int = 64) -> None:
         self.directory = Path(directory).resolve()
         if not self.directory.is_dir():
             raise InvalidArgument(f"TestSuite({str(directory)!r}): not a folder; give the project's folder")
@@ -162,6 +166,10 @@ class TestSuite:
             raise InvalidArgumentType(f"TestSuite(tree={tree!r:.80}): give an agentdescent.code.FileTree")
         self.tree = tree if tree is not None else FileTree()
         self.pytest = command is None
+        if plugins is not None and (isinstance(plugins, str) or not all(isinstance(p, str) and p for p in plugins)):
+            raise InvalidArgumentType(f"TestSuite(plugins={plugins!r:.80}): give None or a list of plugin names")
+        self.plugins = None if plugins is None else tuple(plugins)
+        self._env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"} if self.pytest and self.plugins is not None else {}
         self.command = self._command(command)
         self.initial, self.skipped = self.tree.scan(self.directory)
         if not self.initial:
@@ -181,13 +189,19 @@ class TestSuite:
 
     def _command(self, command: str | Sequence[str] | None) -> list[str]:
         if command is None:
-            return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short",
+            return [sys.executable, "-m", "pytest", "-q", *self._plugin_flags(), "--tb=short",
                     f"--junitxml={JUNIT_PATH}", "-o", "junit_family=xunit1"]
         parts = shlex.split(command) if isinstance(command, str) else list(command)
         if not parts or not all(isinstance(p, str) and p for p in parts):
             raise InvalidArgument(f"TestSuite(command={command!r:.120}): give the test command as a list of "
                                   "strings or one string, such as 'python -m pytest -q'")
         return [p.replace("{junit}", JUNIT_PATH) for p in parts]
+
+    def _plugin_flags(self) -> list[str]:
+        flags = ["-p", "no:cacheprovider"]
+        for name in self.plugins or ():
+            flags += ["-p", name]
+        return flags
 
     def _copy_fixed(self) -> None:
         """The project without the tree's files (the part every run shares)."""
@@ -227,7 +241,7 @@ class TestSuite:
 
     def _discover(self) -> tuple[list[str], SandboxRun]:
         if self.pytest:
-            run = self._sandbox_run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+            run = self._sandbox_run([sys.executable, "-m", "pytest", "--collect-only", "-q", *self._plugin_flags()],
                                     self.initial, read_back=())
             nodes = [line.strip() for line in run.stdout.splitlines()
                      if "::" in line and not line[:1].isspace() and not line.startswith(("ERROR", "FAILED"))]
@@ -246,7 +260,7 @@ class TestSuite:
     # ----------------------------------------------------------------- running
 
     def _sandbox_run(self, command: list[str], state: Mapping[str, str], read_back: Sequence[str]) -> SandboxRun:
-        return self.sandbox.run(command, tree=state, base=self._fixed / "project", read_back=read_back)
+        return self.sandbox.run(command, tree=state, base=self._fixed / "project", read_back=read_back, env=self._env)
 
     def results(self, state: Mapping[str, str]) -> SuiteRun:
         """The suite's results on ``state``: run once in the sandbox, then from the cache.
