@@ -40,6 +40,7 @@ if __package__ in (None, ""):
 
 from agentdescent import LLMAgent, Split, Task, evolve
 from agentdescent.code import Sandbox, TestSuite
+from agentdescent.ledger import MemoryLedger
 from agentdescent.types import stable_hash
 
 PROJECT = Path(__file__).resolve().parent / "code_project"
@@ -167,26 +168,39 @@ def main(argv: list[str] | None = None) -> int:
         kwargs: dict[str, Any] = suite.evolve_kwargs(agent=agent)
         proposer = None
     else:
+        agent = None
         proposer = ScriptedProposer(args.seed)
         kwargs = suite.evolve_kwargs(propose=proposer)
 
     started = time.monotonic()
+    ledger = MemoryLedger()
     result = evolve(**kwargs, split=split, rounds=args.rounds, n_workers=args.workers, seed=args.seed,
-                    target_reward=1.0)
+                    target_reward=1.0, ledger=ledger)
     final = suite.evaluate(result.state)
     passing = sum(final[t.id].passed for t in held_out)
     print(f"\n{len(result.history)} rounds in {time.monotonic() - started:.1f} s, stop: {result.stop_reason}; "
           f"version {result.version}, {sum(r.committed for r in result.history)} commit(s)")
-    for info in result.history:
-        for report in info.reports:
-            if report.committed_version is not None:
-                gains = (report.evidence or {}).get("gains")
-                print(f"  round {info.index}: v{report.committed_version} committed "
-                      f"({gains} held-out test(s) gained, 0 broken)")
+    held = {t.id for t in held_out}
+    broken_total = 0
+    versions = ledger.history("artifact")
+    for before, after in zip(versions, versions[1:]):
+        old, new = suite.evaluate(before.state), suite.evaluate(after.state)
+        gained = [n for n in new if new[n].passed and not old[n].passed]
+        broken = [n for n in new if old[n].passed and not new[n].passed]
+        broken_total += len(broken)
+        files = ", ".join(sorted(k for k in after.state if after.state[k] != before.state.get(k)))
+        print(f"  v{after.version}: {files} changed ({'fused, ' if after.meta.get('fused') else ''}"
+              f"{len(after.meta.get('contributors', []))} proposal(s)); tests fixed: "
+              f"{sum(n in held for n in gained)} held out, {sum(n not in held for n in gained)} train; "
+              f"broken: {len(broken)}")
     print(f"final tree: {passing}/{len(held_out)} held-out tests pass, "
           f"{sum(o.passed for o in final.values())}/{len(final)} in all")
     refused = result.counters.get("edits_refused", 0)
-    print(f"edits refused (did not apply): {refused}")
+    why = ", ".join(f"{k} {v}" for k, v in sorted(suite.tree.refused().items()))
+    print(f"edits refused (did not apply): {refused}" + (f" ({why})" if why else ""))
+    if agent is not None:
+        counts = {k: v for k, v in agent.stats().items() if v}
+        print("the model's replies: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     if proposer is not None:
         print("patches proposed, by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(proposer.proposed.items())))
     stats = suite.stats()
@@ -198,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         written = suite.tree.materialize(result.state, args.out)
         print(f"wrote {len(written)} file(s) to {args.out}")
-    ok = passing == len(held_out) and not escaped
+    ok = passing == len(held_out) and not escaped and broken_total == 0
     return 0 if ok or args.base_url else 1
 
 

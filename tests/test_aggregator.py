@@ -1570,3 +1570,40 @@ def test_a_resumed_aggregator_decides_and_spends_as_the_uninterrupted_one(rememb
     else:
         assert after[0]["rebase_checks_reused"] == 0 and after[0]["rebase_verifications"] == 1
         assert after != uninterrupted
+
+
+# --------------------------------------------------------------------------- the commit veto
+
+
+def test_commit_veto_refuses_a_card_before_fusion_and_a_union_before_its_commit():
+    asked: list[tuple[dict, dict]] = []
+
+    def veto(head, candidate):
+        asked.append((dict(head), dict(candidate)))
+        if "kb" in candidate and "ka" not in candidate:
+            return "kb breaks a test outside the held-out set"
+        return None
+
+    ledger, agg, _, _ = make(config=table_config(commit_veto=veto))
+    report = step_one(agg, card({"ka": GOOD_A}), card({"kb": GOOD_B}))
+    assert report.outcome is MergeOutcome.COMMITTED and not report.fused  # kb never joined the union
+    assert report.accepted is not None and report.accepted.ops == {"ka": GOOD_A}
+    assert agg.counters["card_vetoes"] == 1
+    assert asked[-1] == ({}, {"ka": GOOD_A})  # the accepted candidate, checked before its commit
+
+    _, agg, _, _ = make(config=table_config(commit_veto=lambda head, cand: "no" if "ka" in cand and "kb" in cand
+                                            else None))
+    report = step_one(agg, card({"ka": GOOD_A}), card({"kb": GOOD_B}))
+    assert report.outcome is MergeOutcome.BELOW_THRESHOLD and report.reason.startswith("vetoed before the commit: no")
+    assert agg.counters["commit_vetoes"] == 1 and agg.counters["card_vetoes"] == 0
+
+
+def test_a_card_the_veto_refuses_alone_ends_the_merge_naming_it():
+    _, agg, _, _ = make(config=table_config(commit_veto=lambda head, cand: "breaks t1"))
+    report = step_one(agg, card({"ka": GOOD_A}))
+    assert report.outcome is MergeOutcome.ALL_STALE and "1 vetoed (commit_veto)" in report.reason
+
+
+def test_commit_veto_must_take_two_arguments():
+    with pytest.raises(TypeError, match="commit_veto"):
+        AggregatorConfig(commit_veto=lambda state: None)

@@ -19,6 +19,7 @@ QUICK = {
     "run_async": ["--help"],
     "rq2_staleness": ["--help"],
     "ticket_routing": ["--dry-run", "--rounds", "2", "--no-progress"],
+    "code_evolution": ["--help"],  # the whole offline run is test_code_evolution_reaches_every_held_out_test
 }
 
 
@@ -47,3 +48,18 @@ def test_an_example_runs_as_a_module_from_the_root(name: str) -> None:
                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip()
+
+
+def test_code_evolution_reaches_every_held_out_test_and_never_commits_a_regression() -> None:
+    """The offline run: every held-out test passes at the end, no commit breaks a test, the looping
+    patch is killed at its timeout, and the patch writing outside reaches neither the home nor the repository
+    (the example exits 1 otherwise)."""
+    proc = subprocess.run([sys.executable, "-m", "examples.code_evolution"], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    out = proc.stdout
+    assert "final tree: 10/10 held-out tests pass" in out
+    assert "broken: 0" in out and "broken: 1" not in out
+    assert "(1 killed at the timeout)" in out and "loops forever 1" in out and "writes outside 1" in out
+    assert "edits refused (did not apply): 1 (not_found 1)" in out
+    assert "writes outside the sandbox: none reached the home or the repository" in out
