@@ -4,9 +4,11 @@ A run directory holds everything about one run, in real files: ``spec.json`` (wh
 run: tasks file, model, provider, the *name* of the API key's environment variable, the
 proposer model when a second one writes the proposals, reward, strategy, initial
 artifact), ``tasks.jsonl`` (a copy of the tasks), ``test_tasks.jsonl`` (a copy of the
-test set, with ``init --test-tasks``), and once it runs ``ledger.sqlite`` (every version
-of the artifact and the run's progress), ``rounds.jsonl`` (one JSON line per round,
-appended as each round ends), ``status.json`` (atomically replaced) and ``result.json``.
+test set, with ``init --test-tasks``), ``tree/`` (with ``init --tree DIR``: a copy of the
+project whose code evolves against its own tests, `agentdescent.runtree`), and once it
+runs ``ledger.sqlite`` (every version of the artifact and the run's progress),
+``rounds.jsonl`` (one JSON line per round, appended as each round ends), ``status.json``
+(atomically replaced) and ``result.json``.
 An API key is never written anywhere.
 
 Commands: ``demo``, ``init``, ``plan``, ``run``, ``status``, ``show``, ``resume``,
@@ -75,12 +77,15 @@ from .runspec import (
     check_key_env,
     check_reward_call,
     initial_state,
+    is_tree,
     make_agent,
     make_reward,
     make_strategy,
     no_ledger,
     redact,
 )
+from .runtree import DEFAULT_SUITE_TIMEOUT, check_flags, init_tree, open_suite, suite_line
+from .runtree import evolve_kwargs as tree_evolve_kwargs
 from .runviews import (
     cmd_eval,
     cmd_export,
@@ -121,9 +126,26 @@ def cmd_init(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     if run.spec_file.exists() and not args.force:
         raise UsageError(f"{run.spec_file} exists; pick a new RUN_DIR, or pass --force to replace the spec")
+    check_flags(args)
     api_key_env = check_key_env(args.api_key_env, "--api-key-env") or DEFAULT_KEY_ENV[args.provider]
     check_base_url(args.base_url, "--base-url")
     check_base_url(args.proposer_base_url, "--proposer-base-url")
+    if not 0.0 < args.false_accept_rate <= 0.5:
+        raise UsageError(f"--false-accept-rate {args.false_accept_rate}: use a rate in (0, 0.5], e.g. 0.05")
+    common = {
+        "format": SPEC_FORMAT, "model": args.model, "provider": args.provider, "base_url": args.base_url,
+        "api_key_env": api_key_env, "seed": args.seed, "held_out_frac": args.held_out_frac,
+        "call_tokens": args.call_tokens, "temperature": args.temperature, "created": now(), "version": __version__,
+        "proposer": _proposer_spec(args, api_key_env), "false_accept_rate": args.false_accept_rate,
+        "command": _command_line(args),
+    }
+    if args.tree is not None:
+        return init_tree(args, run, common)
+    if args.tasks is None:
+        raise UsageError("--tasks FILE.jsonl is required (or --tree DIR, to evolve a project's code against its "
+                         "tests)")
+    args.reward = args.reward or "contains"
+    args.strategy = args.strategy or "append"
     tasks = load_tasks(Path(args.tasks))
     reward = make_reward(args.reward, Path(args.run_dir))  # fail now on a bad reward, not mid-run
     check_answers(args.reward, reward, tasks, f"--tasks {args.tasks}")
@@ -143,23 +165,16 @@ def cmd_init(args: argparse.Namespace) -> int:
             initial_text = Path(args.initial).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--initial {args.initial}: cannot read it ({exc})") from None
-    proposer = _proposer_spec(args, api_key_env)
+    proposer = common["proposer"]
     spec = {
-        "format": SPEC_FORMAT, "tasks": "tasks.jsonl", "model": args.model, "provider": args.provider,
-        "base_url": args.base_url, "api_key_env": api_key_env, "reward": args.reward,
-        "strategy": args.strategy, "initial_text": initial_text, "seed": args.seed,
-        "held_out_frac": args.held_out_frac, "call_tokens": args.call_tokens,
-        "temperature": args.temperature, "created": now(), "version": __version__,
-        "proposer": proposer, "test_tasks": "test_tasks.jsonl" if test_tasks else None,
-        "stratify": args.stratify, "proposal": args.proposal, "false_accept_rate": args.false_accept_rate,
-        "command": _command_line(args),
+        **common, "tasks": "tasks.jsonl", "reward": args.reward, "strategy": args.strategy,
+        "initial_text": initial_text, "test_tasks": "test_tasks.jsonl" if test_tasks else None,
+        "stratify": args.stratify, "proposal": args.proposal,
     }
     if args.stratify and any(args.stratify not in t.meta for t in tasks):
         missing = next(t.id for t in tasks if args.stratify not in t.meta)
         raise UsageError(f"--stratify {args.stratify}: task {missing!r} has no {args.stratify!r} field; every task "
                          "needs it (the tasks file's extra fields are the task's meta)")
-    if not 0.0 < args.false_accept_rate <= 0.5:
-        raise UsageError(f"--false-accept-rate {args.false_accept_rate}: use a rate in (0, 0.5], e.g. 0.05")
     make_strategy(spec, tasks)
     if run.spec_file.exists():  # --force: not under a run that is going on
         with hold(run.path, "init"):
@@ -217,10 +232,12 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
     it says so, any failure writes the state ``failed`` and exits 1.
     """
     tasks = load_tasks(run.tasks_file)
-    reward = make_reward(spec["reward"], run.path)
+    tree = is_tree(spec)
+    reward = None if tree else make_reward(spec["reward"], run.path)
     strategy = make_strategy(spec, tasks)
     test_tasks = load_tasks(run.test_tasks_file, "--test-tasks", minimum=1) if spec.get("test_tasks") else None
     agent = make_agent(spec)
+    suite = open_suite(spec, run, tasks) if tree else None  # the tests found again on RUN_DIR/tree
     if restart:  # only now: a refused run deletes nothing
         for f in (run.ledger_file, *(run.path / f"ledger.sqlite{end}" for end in ("-wal", "-shm", "-journal")),
                   run.rounds_file, run.result_file, run.status_file):
@@ -258,12 +275,16 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
             agg = AggregatorConfig(false_accept_rate=spec["false_accept_rate"]) \
                 if spec.get("false_accept_rate") else None
             kwargs: dict[str, Any] = dict(
-                agent=agent, strategy=strategy, initial_state=initial_state(spec, strategy),
                 artifact_id=ARTIFACT_ID, n_workers=workers, seed=int(spec.get("seed", 0)),
                 held_out_frac=spec.get("held_out_frac", 0.4), max_tokens=max_tokens, ledger=ledger,
                 on_round=on_round, progress=True, test_tasks=test_tasks, stratify=spec.get("stratify"),
                 patience=patience, agg_config=agg,
             )
+            if suite is None:
+                kwargs.update(agent=agent, strategy=strategy, initial_state=initial_state(spec, strategy, run.path))
+            else:  # the tests are the tasks, the run and the reward; the model only writes the edits
+                kwargs.update(tree_evolve_kwargs(suite, agent, spec))
+                tasks, reward = kwargs.pop("tasks"), kwargs.pop("reward")
             if asynchronous:
                 result = evolve(tasks, reward, asynchronous=True, max_rollouts=rounds * workers,
                                 max_seconds=24 * 3600.0, **kwargs)
@@ -297,6 +318,8 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
             return 2 if isinstance(exc, InvalidArgument) else 1  # a bad knob in the spec is bad input
     finally:
         ledger.close()
+        if suite is not None:
+            suite.close()  # its copy of the project (a process that dies leaves it to the suite's finalizer)
     shown = "?" if final is None else f"{final:.3f}"
     start = "?" if result.initial_reward is None else f"{result.initial_reward:.3f}"
     print(f"{status['state']}: {result.stop_reason} after {status['unit']} {len(result.history)}; held-out "
@@ -304,6 +327,8 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
           f"{result.usage.total_tokens:,} tokens in all")
     if status["test"]:
         print(test_line(status["test"]))
+    if suite is not None:
+        print(suite_line(suite))
     if why:
         print(f"why: {why}")
         print(f"(each round in detail: agentdescent status {run.path} --verbose)")
@@ -351,7 +376,8 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
     else:
         left = max(0, planned - (len(saved.rounds) if saved else 0))
     rounds = args.rounds if args.rounds is not None else left
-    make_reward(spec["reward"], run.path)  # a spec edited since: refused even with nothing left to run
+    if not is_tree(spec):
+        make_reward(spec["reward"], run.path)  # a spec edited since: refused even with nothing left to run
     if rounds == 0:
         print(f"{run.path}: nothing left to run (it did the {planned} round(s) it was given); "
               f"`agentdescent resume {run.path} --rounds N` adds N more")
@@ -403,20 +429,23 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.set_defaults(func=None)
 
-    p = sub.add_parser("init", help="make a run directory: spec.json and a copy of the tasks",
+    p = sub.add_parser("init", help="make a run directory: spec.json and a copy of the tasks (with --tree, of a "
+                       "project whose code evolves against its tests)",
                        formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--tasks", required=True, metavar="FILE.jsonl",
-                   help='one JSON object per line: "prompt", optional "id" and "answer"')
-    p.add_argument("--model", required=True, metavar="M", help="the model that answers the tasks")
+    p.add_argument("--tasks", metavar="FILE.jsonl", default=None,
+                   help='one JSON object per line: "prompt", optional "id" and "answer" (default: none; required '
+                   'without --tree)')
+    p.add_argument("--model", required=True, metavar="M", help="the model that answers the tasks (with --tree: "
+                   "the model that writes the edits)")
     p.add_argument("--provider", choices=["openai", "anthropic"], default="openai",
                    help="its API: an OpenAI-compatible server, or Anthropic's")
     p.add_argument("--base-url", metavar="U", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8090/v1")
     p.add_argument("--api-key-env", metavar="VAR",
                    help="the environment variable holding the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY); "
                    "only its name is stored")
-    p.add_argument("--reward", default="contains", metavar="REWARD",
-                   help=REWARD_HELP.replace("%", "%%"))
+    p.add_argument("--reward", default=None, metavar="REWARD",
+                   help=REWARD_HELP.replace("%", "%%") + " (default: contains)")
     p.add_argument("--test-tasks", metavar="FILE.jsonl", default=None,
                    help="a test set (same format, ids not in --tasks), scored at the run's start and end and "
                    "never used for a decision (default: none)")
@@ -432,17 +461,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the environment variable holding the proposer's key (default: --api-key-env's when the "
                    "proposer uses --provider's API, else OPENAI_API_KEY / ANTHROPIC_API_KEY); only its name is "
                    "stored")
-    p.add_argument("--strategy", choices=["append", "keyed", "single"], default="append",
+    p.add_argument("--strategy", choices=["append", "keyed", "single"], default=None,
                    help="append: a playbook of rules; keyed: one rule per task category; single: one prompt, "
-                   "rewritten whole")
+                   "rewritten whole (default: append)")
     p.add_argument("--initial", metavar="FILE", help="a starting prompt or playbook (one rule per line)")
     p.add_argument("--proposal", choices=["rule", "rewrite"], default=None,
                    help="what the model proposes: one rule, or the whole new text (default: rewrite for "
                    "--strategy single, else rule)")
+    p.add_argument("--tree", metavar="DIR", default=None,
+                   help="evolve the code of the project in DIR against its own tests: DIR is copied into "
+                   "RUN_DIR/tree, its tests are the tasks and the reward, and the model writes search/replace "
+                   "edits (not with --tasks, --reward, --strategy, --initial, --proposal, --test-tasks)")
+    p.add_argument("--test-cmd", metavar="CMD", default=None,
+                   help="with --tree: the test command, writing JUnit XML to {junit} (default: pytest)")
+    p.add_argument("--include", metavar="GLOB", action="append", default=None,
+                   help="with --tree: the files the run may change, repeatable (default: *.py)")
+    p.add_argument("--exclude", metavar="GLOB", action="append", default=None,
+                   help="with --tree: files it must not change, repeatable, added to the tests (test_*.py, "
+                   "*_test.py, conftest.py, tests/**, test/**), which are never changed (default: the tests)")
+    p.add_argument("--suite-timeout", type=float, metavar="SECONDS", default=None,
+                   help=f"with --tree: seconds one run of the whole suite may take (default: {DEFAULT_SUITE_TIMEOUT:g})")
     p.add_argument("--seed", type=int, default=0, help="the run's seed (the split, the task order)")
     p.add_argument("--held-out-frac", type=float, default=0.4, help="the share of tasks held out for acceptance")
     p.add_argument("--stratify", metavar="FIELD", default=None,
-                   help="split the held-out tasks evenly over this task field (e.g. a label or category)")
+                   help="split the held-out tasks evenly over this task field, e.g. a label or category "
+                   "(default: none; with --tree, group: each test's class or file)")
     p.add_argument("--false-accept-rate", type=float, default=0.05, metavar="A",
                    help="the acceptance test's rate of committing a change that does not help")
     p.add_argument("--call-tokens", type=_positive, default=None, help="max_tokens per model call (the reply limit)")
@@ -500,8 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "and each task; writes nothing into the run directory",
                        formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--tasks", required=True, metavar="FILE.jsonl",
-                   help="the tasks to score on (same format as init's --tasks; at least one)")
+    p.add_argument("--tasks", metavar="FILE.jsonl", default=None,
+                   help="the tasks to score on (same format as init's --tasks; at least one); required, except "
+                   "for a tree run (init --tree), whose own tests are run on the version")
     p.add_argument("--version", type=_positive, default=None, metavar="V",
                    help="the version to score (default: the head)")
     p.add_argument("--repeats", type=_positive, default=1, metavar="K",
@@ -512,12 +556,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace FILE if it exists (a regular file only)")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("export", help="write the rendered artifact to a file",
+    p = sub.add_parser("export", help="write the rendered artifact to a file (a tree run's files to a folder)",
                        formatter_class=defaults)
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="the file to write, outside the run directory")
-    p.add_argument("--force", action="store_true", help="replace FILE if it exists (a regular file only)")
+                   help="the file to write, outside the run directory; for a tree run (init --tree) a folder, "
+                   "new or empty")
+    p.add_argument("--force", action="store_true",
+                   help="replace FILE if it exists (a regular file only); for a tree run, write into a folder "
+                   "with files in it (files of the same paths are replaced, the others kept)")
     p.add_argument("--version", type=_positive, default=None, help="the version to export (default: the head)")
     p.set_defaults(func=cmd_export)
 

@@ -1,7 +1,8 @@
 """What a run will cost before it runs: ``agentdescent plan`` (the maximum and the expected spend).
 
 It reads the run directory's spec and tasks and spends nothing, unless ``--probe`` asks
-it to time one real model call. It must not write files.
+it to time one real model call. It must not write files. A tree run (``init --tree``)
+gets a plan of its own (`_plan_tree`): only its proposals call the model.
 
 Two numbers, for the sync runtime ``agentdescent run`` drives. The **maximum** is a
 bound read off the code (every rollout proposes, every round evaluates a candidate on
@@ -21,14 +22,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .agents import DEFAULT_PROPOSE_TEMPLATE, DEFAULT_REWRITE_TEMPLATE
+from .agents import DEFAULT_EDIT_TEMPLATE, DEFAULT_PROPOSE_TEMPLATE, DEFAULT_REWRITE_TEMPLATE
 from .aggregator import AggregatorConfig
+from .code.suite import MAX_FEEDBACK_CHARS
 from .config import Split
-from .errors import ProviderAuthError, ProviderError
+from .errors import ProviderAuthError, ProviderError, UsageError
 from .proposals import DEFAULT_MAX_CHARS, is_blank_artifact
 from .rewards import FEEDBACK_LIMIT
 from .rundir import RunDir, load_tasks
-from .runspec import initial_state, make_agent, make_strategy, proposal_mode, redact
+from .runspec import initial_state, is_tree, make_agent, make_strategy, proposal_mode, redact
 from .tokens import estimate_tokens
 from .types import Task
 
@@ -94,7 +96,7 @@ class Probe:
 
 def _rendered_start(spec: dict[str, Any], tasks: Sequence[Task]) -> str:
     strategy = make_strategy(spec, tasks)
-    return strategy.render(initial_state(spec, strategy))
+    return strategy.render(initial_state(spec, strategy))  # not a tree's: `_plan_tree` plans those
 
 
 def _text_tokens(text: str) -> int:
@@ -318,6 +320,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     spec = run.spec()
     tasks = load_tasks(run.tasks_file)
+    if is_tree(spec):
+        return _plan_tree(run, spec, tasks, args.rounds, args.workers, probe=getattr(args, "probe", False))
     test = load_tasks(run.test_tasks_file, "--test-tasks", minimum=1) if spec.get("test_tasks") else []
     probe = None
     if getattr(args, "probe", False):
@@ -377,4 +381,51 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"time: about {_duration(p['seconds_expected'])} expected, at most {_duration(p['seconds_max'])} "
               f"(calls / {p['workers']} workers x {took}{slower}; assumes the server answers {p['workers']} calls "
               "at once)")
+    return 0
+
+
+def _plan_tree(run: RunDir, spec: dict[str, Any], tasks: Sequence[Task], rounds: int, workers: int, *,
+               probe: bool) -> int:
+    """``plan`` of a tree run (``init --tree``): only the proposals call the model; the tests cost no tokens.
+
+    The most: one proposal per worker a round (a rollout whose test fails proposes), each
+    sending the edit template, the tree as it is at the start (it grows as edits
+    commit), the longest train test's prompt, what the run and the reward reported (each
+    at most ``MAX_FEEDBACK_CHARS`` characters), and taking a reply at the per-call limit.
+    The expected spend is not estimated: it depends on how many tests fail.
+
+    Raises:
+        UsageError: ``--probe`` (it times a solve call, which a tree run never makes).
+    """
+    if probe:
+        raise UsageError("--probe: not for a tree run yet; its model only writes proposals (the tests run in the "
+                         "sandbox), and the probe times a solve call")
+    strategy = make_strategy(spec, tasks)
+    start = estimate_tokens(strategy.render(initial_state(spec, strategy, run.path)))
+    train, held = Split(held_out_frac=spec.get("held_out_frac", 0.4), stratify=spec.get("stratify")).split(
+        tasks, int(spec.get("seed", 0)))
+    prompt = max(estimate_tokens(t.prompt) for t in train)
+    reported = 2 * (MAX_FEEDBACK_CHARS // 4 + 40)  # the run's output and the reward's feedback, each a test's line
+    limit = spec.get("call_tokens")
+    reply = int(limit) if limit else UNLIMITED_REPLY
+    template = estimate_tokens(DEFAULT_EDIT_TEMPLATE.format(artifact="", prompt="", output="", reward=0.0,
+                                                            task_id="", feedback="", feedback_text=""))
+    per_call = template + start + prompt + reported + FRAMING_MAX + reply
+    proposer = spec.get("proposer") or {"model": spec.get("model")}
+    print(f"{len(tasks)} tests: {len(train)} train, {len(held)} held out; {rounds} rounds of {workers} workers")
+    print(f"the tests run in the sandbox and cost no tokens; only the proposals call the model ({proposer['model']}): "
+          "at most one per worker a round, when its test fails")
+    rows = [("at most, a round", workers, workers * per_call), ("at most, the run", rounds * workers,
+                                                                 rounds * workers * per_call)]
+    width, twidth = max(len(f"{rounds * workers:,}"), 5), max(len(f"{rounds * workers * per_call:,}"), 6)
+    print(f"  {'':<18} {'calls':>{width}}  {'tokens':>{twidth}}")
+    for label, calls, tokens in rows:
+        print(f"  {label:<18} {calls:>{width},}  {tokens:>{twidth},}")
+    bound = f"the per-call limit ({reply:,} tokens)" if limit else (
+        f"{reply} tokens (no per-call limit is set, so this is no bound: init --call-tokens)")
+    print(f"a proposal sends the tree ({start:,} tokens at the start; more as edits commit), the failing test (up to "
+          f"{prompt:,}) and what its run reported (up to {reported:,}); replies at {bound}")
+    timeout = (spec.get("tree") or {}).get("timeout")
+    print(f"expected: not estimated for a tree run (it depends on how many tests fail); each new tree costs one "
+          f"suite run in the sandbox (up to {timeout:g} s), no tokens")
     return 0

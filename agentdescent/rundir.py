@@ -1,7 +1,8 @@
 """A run directory's files: the tasks files, the JSON files, and `RunDir`.
 
 A run directory (made by ``agentdescent init``; see `agentdescent.cli`) holds
-``spec.json``, ``tasks.jsonl``, ``test_tasks.jsonl`` (with a test set), ``ledger.sqlite``,
+``spec.json``, ``tasks.jsonl``, ``test_tasks.jsonl`` (with a test set), ``tree/`` (a
+tree run's copy of the project), ``ledger.sqlite``,
 ``rounds.jsonl``, ``status.json`` and ``result.json``. This module reads and writes them:
 `load_tasks` / `write_tasks` for the tasks files (one JSON object per line, split on
 ``"\n"`` only, so a prompt holding U+2028, U+2029 or U+0085 reads back as it was
@@ -9,7 +10,8 @@ written), and `RunDir` for the rest, every JSON file replaced atomically
 (`atomic_write`). `check_output` / `write_output` guard what a command writes at a path
 the user names (``export -o``, ``report -o``, ``eval --json``): never inside the run
 directory, never over anything but a regular file, over an existing file only when
-forced. It must not start a run or print.
+forced; `check_output_dir` does the same for a folder (``export -o`` of a tree run:
+missing or empty, or forced). It must not start a run or print.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from .errors import UsageError
 from .runlock import LOCK_NAME, holder
 from .types import Task
 
-__all__ = ["SPEC_FORMAT", "RunDir", "atomic_write", "check_output", "jsonl_lines", "load_tasks", "now", "read_json",
-           "write_output", "write_tasks"]
+__all__ = ["SPEC_FORMAT", "RunDir", "atomic_write", "check_output", "check_output_dir", "is_inside", "jsonl_lines",
+           "load_tasks", "now", "read_json", "write_output", "write_tasks"]
 
 SPEC_FORMAT = "agentdescent-run/1"
 
@@ -110,6 +112,48 @@ def check_output(path: Path, run_dir: Path, flag: str, *, force: bool, allowed: 
                          "replaced), so pick another path")
     if not force and not own:
         raise UsageError(f"{flag} {path}: exists; pass --force to replace it")
+
+
+def check_output_dir(path: Path, run_dir: Path, flag: str, *, force: bool) -> bool:
+    """Refuse an output folder that would destroy an input, before anything is written; True if it exists.
+
+    The folder must not be inside ``run_dir`` (after following symlinks); it may be
+    missing or an empty folder, or, with ``force``, a folder with files in it (then the
+    files written replace those of the same paths, the others are kept: the writer
+    refuses a file that would land inside ``run_dir``, when the folder holds it).
+    Anything there but a folder (a file, a symlink, a FIFO...) is refused, even with
+    ``force``.
+
+    Raises:
+        UsageError: naming the flag, the path and what is there.
+    """
+    if _inside(path, run_dir):
+        raise UsageError(f"{flag} {path}: inside the run directory {run_dir}, whose files are the run's; "
+                         "pick a folder outside it")
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot look at it ({exc.strerror or exc})") from None
+    if not stat.S_ISDIR(found.st_mode):
+        kind = "a regular file" if stat.S_ISREG(found.st_mode) else next(
+            (name for test, name in _KINDS if test(found.st_mode)), "something else")
+        raise UsageError(f"{flag} {path}: {kind}, not a folder; a tree is written into a folder, so pick another "
+                         "path")
+    try:
+        empty = not any(os.scandir(path))
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot list it ({exc.strerror or exc})") from None
+    if not empty and not force:
+        raise UsageError(f"{flag} {path}: a folder with files in it; pass --force to write into it (files of "
+                         "the same paths are replaced, the others kept), or pick a new or empty folder")
+    return True
+
+
+def is_inside(path: Path, directory: Path) -> bool:
+    """Is ``path`` ``directory`` or inside it, after following symlinks (neither needs to exist)?"""
+    return _inside(path, directory)
 
 
 def write_output(path: Path, text: str, flag: str) -> None:
@@ -216,6 +260,7 @@ class RunDir:
     status_file = property(lambda self: self.path / "status.json")
     result_file = property(lambda self: self.path / "result.json")
     test_tasks_file = property(lambda self: self.path / "test_tasks.jsonl")
+    tree_dir = property(lambda self: self.path / "tree")
     lock_file = property(lambda self: self.path / LOCK_NAME)
     report_file = property(lambda self: self.path / "report.html")
 

@@ -6,8 +6,10 @@
 installed packages), `check_answers` (every task can be scored, before any call),
 `make_strategy`, `initial_state`, `load_versions` (the artifact's versions in the run's
 ledger), `ledger_problem` (a missing or damaged ledger, in words) and `make_agent` (an
-`agentdescent.LLMAgent`, in rewrite mode for the ``single`` strategy; keys read from their
-environment variables at the moment it is built, never stored).
+`agentdescent.LLMAgent`, in rewrite mode for the ``single`` strategy and edit mode for a
+``tree``; keys read from their environment variables at the moment it is built, never
+stored). A ``tree`` run (``init --tree``) evolves the files of its snapshot
+``RUN_DIR/tree`` (`is_tree`, `tree_entry`; its suite is `agentdescent.runtree`'s).
 
 A ``MODULE:FUNC`` reward is checked before it is ever called: a Python function (not a
 built-in or C function, not a class) defined in a file in the run directory, the current
@@ -35,15 +37,17 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from . import rewards
+from .code import FileTree
 from .errors import InvalidArgument, LedgerError, RewardContractError, UsageError
 from .ledger import SqliteLedger
 from .rundir import RunDir, load_tasks
 from .strategies import AppendRules, KeyedRules, SingleSlot, Strategy
 from .types import Task
 
-__all__ = ["ARTIFACT_ID", "DEFAULT_KEY_ENV", "REWARD_HELP", "check_answers", "check_base_url", "check_key_env",
-           "check_reward_call", "initial_state", "ledger_problem", "load_versions", "looks_like_key", "make_agent",
-           "make_reward", "make_strategy", "no_ledger", "proposal_mode", "redact"]
+__all__ = ["ARTIFACT_ID", "DEFAULT_KEY_ENV", "REWARD_HELP", "check_answers", "check_base_url",
+           "check_key_env", "check_reward_call", "initial_state", "is_tree", "ledger_problem", "load_versions",
+           "looks_like_key", "make_agent", "make_reward", "make_strategy", "no_ledger", "proposal_mode", "redact",
+           "tree_entry"]
 
 ARTIFACT_ID = "artifact"
 REWARD_HELP = ("exact, normalized, contains, choice:A,B,..., number:TOL (number:1% relative), "
@@ -290,23 +294,60 @@ def check_answers(spec: str, reward: Callable[[Task, str], Any], tasks: Sequence
             raise UsageError(f"--reward {spec}: {where}: {exc}") from None
 
 
+def is_tree(spec: dict[str, Any]) -> bool:
+    """Does the spec evolve a file tree checked by its tests (``init --tree``)?"""
+    return spec.get("strategy") == "tree"
+
+
+def tree_entry(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec's ``tree`` entry (``include``, ``exclude``, ``test_cmd``, ``timeout``), checked.
+
+    Raises:
+        UsageError: missing or malformed (the spec was edited by hand).
+    """
+    entry = spec.get("tree")
+    ok = isinstance(entry, dict) and all(
+        isinstance(entry.get(k), list) and all(isinstance(p, str) for p in entry[k]) for k in ("include", "exclude"))
+    ok = ok and isinstance(entry.get("test_cmd"), (str, type(None))) and isinstance(entry.get("timeout"), (int, float))
+    if not ok:
+        raise UsageError('spec.json: a "tree" run needs a "tree" entry {"include": [globs], "exclude": [globs], '
+                         '"test_cmd": a command or null, "timeout": seconds}; `agentdescent init RUN_DIR --tree DIR '
+                         '--force` writes it again')
+    return entry
+
+
 def make_strategy(spec: dict[str, Any], tasks: Sequence[Task]) -> Strategy:
-    """The strategy the spec names (``keyed`` takes its categories from the tasks' ``category``)."""
+    """The strategy the spec names (``keyed`` takes its categories from the tasks' ``category``;
+    ``tree`` is an `agentdescent.code.FileTree` with the spec's include and exclude globs)."""
     name = spec.get("strategy")
-    if name not in ("append", "keyed", "single"):
-        raise UsageError(f"spec.json: strategy {str(name)[:80]!r} is not one of append, keyed, single")
+    if name not in ("append", "keyed", "single", "tree"):
+        raise UsageError(f"spec.json: strategy {str(name)[:80]!r} is not one of append, keyed, single, tree")
     if name == "append":
         return AppendRules()
     if name == "single":
         return SingleSlot(initial_value=spec.get("initial_text") or "")
+    if name == "tree":
+        entry = tree_entry(spec)
+        return FileTree(include=entry["include"], exclude=entry["exclude"])
     categories = sorted({str(t.meta["category"]) for t in tasks if "category" in t.meta})
     if not categories:
         raise UsageError('--strategy keyed needs a "category" on the tasks (the slot names)')
     return KeyedRules(categories)
 
 
-def initial_state(spec: dict[str, Any], strategy: Strategy) -> dict[str, str]:
-    """The starting state: the strategy's, with each line of ``--initial`` added as a proposal."""
+def initial_state(spec: dict[str, Any], strategy: Strategy, run_dir: Path | None = None) -> dict[str, str]:
+    """The starting state: the strategy's, with each line of ``--initial`` added as a proposal;
+    for a tree, the files of the run directory's snapshot ``RUN_DIR/tree`` that the tree holds.
+
+    Raises:
+        UsageError: a tree run without its snapshot (or without ``run_dir``).
+    """
+    if isinstance(strategy, FileTree):
+        folder = RunDir(run_dir or ".").tree_dir
+        if run_dir is None or not folder.is_dir():
+            raise UsageError(f"{folder}: missing; it is the run's copy of the project, made by `agentdescent init "
+                             "RUN_DIR --tree DIR` (run it again with --force to make it anew)")
+        return strategy.load(folder)
     state = strategy.initial()
     text = spec.get("initial_text")
     if text and not isinstance(strategy, SingleSlot):
@@ -333,11 +374,15 @@ def _provider(model: str, kind: str, base_url: str | None, env_var: str | None, 
 
 
 def proposal_mode(spec: dict[str, Any]) -> str:
-    """``"rewrite"`` or ``"rule"``: the spec's ``proposal``, else rewrite for the ``single`` strategy.
+    """``"rewrite"``, ``"rule"`` or ``"edit"``: ``edit`` for a tree, else the spec's ``proposal``,
+    else rewrite for the ``single`` strategy.
 
     A single-slot artifact is one text: a proposal must be the whole new text (a rule
-    would replace the starting prompt with one sentence), so ``single`` rewrites.
+    would replace the starting prompt with one sentence), so ``single`` rewrites. A file
+    tree is changed by search/replace blocks only (`agentdescent.code.FileTree`).
     """
+    if is_tree(spec):
+        return "edit"
     mode = spec.get("proposal")
     if mode in ("rule", "rewrite"):
         return str(mode)

@@ -1,8 +1,10 @@
 """The command line's read-only commands: ``status``, ``show``, ``eval``, ``export`` and ``report``.
 
 Each reads a run directory (spec, status, rounds, the ledger) and changes nothing in it:
-``eval`` calls the run's model on other tasks and writes only where ``--json`` says,
-outside the run directory; ``export`` and ``report`` write only their output file. The
+``eval`` calls the run's model on other tasks (on a tree run, runs the run's tests in
+the sandbox instead) and writes only where ``--json`` says, outside the run directory;
+``export`` and ``report`` write only their output file (a tree run's ``export``, its
+output folder: `agentdescent.runtree.write_tree`). The
 commands that drive a run (``init``, ``run``, ``resume``) and the parser are
 `agentdescent.cli`'s. It must not print secrets.
 """
@@ -27,12 +29,14 @@ from .report import build_report
 from .rundir import (
     RunDir,
     check_output,
+    check_output_dir,
     load_tasks,
     write_output,
 )
 from .runspec import (
     check_answers,
     initial_state,
+    is_tree,
     ledger_problem,
     load_versions,
     make_agent,
@@ -40,6 +44,7 @@ from .runspec import (
     make_strategy,
     redact,
 )
+from .runtree import check_eval_flags, eval_tree, write_tree
 from .testset import evaluate
 
 __all__ = ["cmd_eval", "cmd_export", "cmd_report", "cmd_show", "cmd_status", "one_line", "test_line", "test_summary"]
@@ -193,26 +198,35 @@ def one_line(text: str, limit: int = 0) -> str:
     return text if not limit or len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _version(run: RunDir, spec: dict[str, Any], version: int | None) -> tuple[int, dict[str, str], str, Any]:
+    """The version ``eval`` scores (default: the head), its state, its label and the strategy."""
+    if run.ledger_file.exists() or run.status_file.exists():
+        states, strategy = load_versions(run)
+        v = _pick(states, version, "--version")
+        return v, states[v], f"v{v} of {max(states)}", strategy
+    if version not in (None, 1):
+        raise UsageError(f"--version {version}: {run.path} has not run yet; only v1, the starting "
+                         "artifact, exists")
+    strategy = make_strategy(spec, load_tasks(run.tasks_file))
+    return 1, initial_state(spec, strategy, run.path), "v1 (the starting artifact; the run has not started)", strategy
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     spec = run.spec()
+    if is_tree(spec):  # the run's own tests, in the sandbox: no model call
+        check_eval_flags(args)
+        version, state, label, _ = _version(run, spec, args.version)
+        return eval_tree(run, spec, load_tasks(run.tasks_file), state, label, version, args)
+    if args.tasks is None:
+        raise UsageError("--tasks FILE.jsonl is required: the tasks to score the version on")
     out = Path(args.json) if args.json else None
     if out is not None:  # before any call: nothing is spent on an evaluation it cannot write
         check_output(out, run.path, "--json", force=args.force)
     tasks = load_tasks(Path(args.tasks), "--tasks", minimum=1)
     reward = make_reward(spec["reward"], run.path)
     check_answers(spec["reward"], reward, tasks, f"--tasks {args.tasks}")
-    if run.ledger_file.exists() or run.status_file.exists():
-        states, strategy = load_versions(run)
-        version = _pick(states, args.version, "--version")
-        state, label = states[version], f"v{version} of {max(states)}"
-    else:
-        if args.version not in (None, 1):
-            raise UsageError(f"--version {args.version}: {run.path} has not run yet; only v1, the starting "
-                             "artifact, exists")
-        strategy = make_strategy(spec, load_tasks(run.tasks_file))
-        version, state = 1, initial_state(spec, strategy)
-        label = "v1 (the starting artifact; the run has not started)"
+    version, state, label, strategy = _version(run, spec, args.version)
     known = {t.id for t in load_tasks(run.tasks_file)}
     shared = [t.id for t in tasks if t.id in known]
     if shared:
@@ -252,6 +266,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     out = Path(args.output)
+    if is_tree(run.spec()):  # the files themselves, into a folder
+        existed = check_output_dir(out, run.path, "-o", force=args.force)
+        states, strategy = load_versions(run)
+        v = _pick(states, args.version, "--version")
+        written = write_tree(out, states[v], strategy, run.path, existed=existed)
+        shown = ", ".join(written[:3]) + (f" and {len(written) - 3} more" if len(written) > 3 else "")
+        print(f"wrote v{v}'s {len(written)} file(s) to {out}: {shown}")
+        return 0
     check_output(out, run.path, "-o", force=args.force)
     states, strategy = load_versions(run)
     v = _pick(states, args.version, "--version")
