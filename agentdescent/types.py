@@ -9,6 +9,7 @@ state, or do I/O: everything here is safe to build in any thread and to serialis
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 from collections.abc import Mapping
@@ -275,10 +276,8 @@ class Diff:
         for key, pairs in self.edits.items():
             current = state.get(key)
             if current is not None:
-                try:
+                with contextlib.suppress(EditRefused):  # the edits no longer apply: the written value
                     ops[key] = apply_edits(current, pairs, path=key)
-                except EditRefused:
-                    pass
         return apply_ops(state, ops)
 
     def is_noop(self, state: Mapping[str, str]) -> bool:

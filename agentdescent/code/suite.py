@@ -314,7 +314,7 @@ class TestSuite:
             if node is not None:
                 outcomes[node] = TestOutcome(node, *outcome)
         if run.timed_out:
-            why = f"timeout: the suite was {run.describe()} before this test reported"
+            why = f"the suite was {run.describe()} before this test reported"
             missing_outcome = "timeout"
         elif JUNIT_PATH not in run.files:
             why = f"the suite crashed ({run.describe()}) before it reported:\n{_cut(run.stdout + run.stderr, 800)}"
@@ -375,7 +375,9 @@ class TestSuite:
         ``tasks`` (the tests), ``run`` and ``reward`` (this suite), ``strategy`` (the tree),
         ``initial_state`` (the project's files) and ``agg_config`` (deterministic
         rescoring: a test's result on one tree is a fact, so a net gain with no regression
-        is accepted; `veto` as its ``commit_veto``, so no commit breaks any test the head
+        is accepted; ``sequential=False``: a candidate is scored on every held-out test,
+        which one suite run gives at once, so the head's held-out reward is measured, never
+        inherited; `veto` as its ``commit_veto``, so no commit breaks any test the head
         passes; the trust region sized for whole files), updated with ``overrides``.
         An ``agent=`` override (an `agentdescent.LLMAgent` in ``proposal="edit"`` mode)
         becomes ``propose=agent.propose``: the suite, not the agent, runs the tests.
@@ -387,7 +389,7 @@ class TestSuite:
         kwargs: dict[str, Any] = {
             "tasks": self.tasks(), "run": self.run, "reward": self.reward, "strategy": self.tree,
             "initial_state": dict(self.initial),
-            "agg_config": AggregatorConfig(rescore="deterministic", commit_veto=self.veto,
+            "agg_config": AggregatorConfig(rescore="deterministic", commit_veto=self.veto, sequential=False,
                                            trust_region_chars=max(32000, 2 * self.tree.max_file_bytes)),
         }
         agent = overrides.pop("agent", None)
