@@ -120,7 +120,8 @@ help, reply NONE."""
 #: The user message of a propose call in edit mode (``proposal="edit"``, for
 #: `agentdescent.code.FileTree`): the model returns search/replace blocks. Same fields as
 #: `DEFAULT_PROPOSE_TEMPLATE`; ``{artifact}`` is required too. ``{prompt}`` is the failing
-#: test (its id and source), ``{output}`` what the test run reported.
+#: test (its id and source), ``{output}`` what the test run reported (its assertion
+#: message: the same text as the reward's feedback, so ``{feedback}`` is left out).
 DEFAULT_EDIT_TEMPLATE = """\
 You are fixing the code of a project so that its tests pass. One test fails.
 
@@ -131,7 +132,7 @@ The failing test:
 {prompt}
 
 What the test run reported:
-{output}{feedback}
+{output}
 
 Fix the code (never the tests) with the smallest change that makes this test pass \
 without breaking the others. Reply with one or more edits, each in exactly this form:

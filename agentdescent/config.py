@@ -332,7 +332,10 @@ class RunConfig:
             a float with feedback, which reaches the proposer).
         agent: an object with ``solve(rendered, task)`` and ``propose(rendered, task,
             output, reward)`` (alternative to ``run``/``propose``); its meter, if any, is
-            forwarded into the run's.
+            forwarded into the run's. With ``run`` too, the agent only proposes and ``run``
+            solves (a code suite: `agentdescent.code.TestSuite`); a strategy that names the
+            proposals it reads (``proposal_mode``, ``"edit"`` for `agentdescent.code.FileTree`)
+            refuses an agent in another mode.
         run: ``run(rendered, task) -> str``.
         propose: ``propose(rendered, task, output, reward) -> str | None``.
         strategy: what the artifact is (default `agentdescent.strategies.AppendRules`).
@@ -496,9 +499,18 @@ class RunConfig:
     def _check_callables(self) -> None:
         agent, run, propose = self.agent, self.run, self.propose
         if agent is not None:
-            if run is not None or propose is not None:
-                raise InvalidArgument("pass either agent= or run=/propose=, not both")
+            if propose is not None:
+                raise InvalidArgument("pass either agent= or propose=, not both (agent= proposes)")
+            if run is not None:
+                # the agent proposes, run= solves (a code suite runs the tests itself)
+                check_callable(run, "run", "run(rendered, task) -> str", arity=2)
             object.__setattr__(self, "agent", adopt(agent, Agent, "agent"))
+            wanted = getattr(self.strategy, "proposal_mode", None)
+            mode = getattr(unwrap(self.agent), "proposal", None)
+            if isinstance(wanted, str) and isinstance(mode, str) and mode != wanted:
+                raise InvalidArgument(
+                    f"agent= proposes in {mode!r} mode, but strategy={self.strategy!r:.80} reads {wanted!r} "
+                    f"proposals; give LLMAgent(..., proposal={wanted!r})")
             return
         if run is None or propose is None:
             missing = [n for n, v in (("run", run), ("propose", propose)) if v is None]
@@ -513,8 +525,8 @@ class RunConfig:
 
     @property
     def solve_fn(self) -> Callable[[str, Task], str]:
-        """The run's ``solve(rendered, task)``: the agent's, or ``run``."""
-        return self.agent.solve if self.agent is not None else self.run  # type: ignore[return-value]
+        """The run's ``solve(rendered, task)``: ``run`` when given, else the agent's."""
+        return self.run if self.run is not None else self.agent.solve  # type: ignore[return-value]
 
     @property
     def propose_fn(self) -> Callable[..., str | None]:
@@ -523,7 +535,9 @@ class RunConfig:
 
     def travelling(self) -> list[tuple[str, Any]]:
         """The callables a remote executor must receive, by argument name."""
-        named = [("agent", unwrap(self.agent))] if self.agent is not None else [("run", self.run), ("propose", self.propose)]
+        named = ([("agent", unwrap(self.agent))] if self.agent is not None else [("propose", self.propose)])
+        if self.run is not None:
+            named.insert(0, ("run", self.run))
         return [*named, ("reward", self.reward)]
 
     def aggregator_config(self) -> AggregatorConfig:

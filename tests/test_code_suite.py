@@ -156,6 +156,24 @@ def test_a_real_agent_in_edit_mode_fixes_the_code_through_the_engine(project):
     assert (project / "calc.py").read_text() == CALC  # the project folder is never written
 
 
+def test_an_agent_given_to_evolve_beside_the_suite_only_proposes(project):
+    suite = make_suite(project)
+    fix = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"
+    asked: list[str] = []
+
+    def model(messages, **options):
+        asked.append(messages[-1]["content"])
+        return fix
+
+    result = evolve(**suite.evolve_kwargs(), agent=LLMAgent(FakeProvider(model), proposal="edit"), rounds=2,
+                    n_workers=1, seed=0, split=Split(held_out_frac=0.5, stratify="group"))
+    assert "a + b" in result.state["calc.py"]
+    assert asked and all("You are fixing the code of a project" in a for a in asked)  # never asked to solve a test
+    assert "assert -1 == 3" in asked[0] or "assert 1 == -3" in asked[0] or "assert 5 == 15" in asked[0]
+    with pytest.raises(ValueError, match="proposal='edit'"):
+        evolve(**suite.evolve_kwargs(), agent=LLMAgent(FakeProvider(model)), rounds=1)
+
+
 def test_edits_that_do_not_apply_are_counted_and_never_end_the_run(project):
     suite = make_suite(project)
     wrong = "calc.py\n<<<<<<< SEARCH\n    return a ^ b\n=======\n    return a + b\n>>>>>>> REPLACE\n"
@@ -240,3 +258,29 @@ def test_bad_arguments_are_refused(project, tmp_path):
     (empty / "lib.py").write_text("X = 1\n")
     with pytest.raises(ValueError, match="no test found"):
         make_suite(empty).tasks()
+
+
+def test_a_command_that_prints_a_number_is_the_reward(tmp_path):
+    from agentdescent import Task
+    from agentdescent.code import CommandReward, read_score
+
+    root = tmp_path / "solver"
+    root.mkdir()
+    (root / "solver.py").write_text("def solve(n):\n    return n + 1\n")
+    (root / "score.py").write_text(
+        "import json, sys\nsys.path.insert(0, '.')\nfrom solver import solve\nn = int(sys.argv[1])\n"
+        "got = solve(n)\nprint(json.dumps({'score': 1.0 if got == n * n else 0.0, 'feedback': f'solve({n}) gave {got}, want {n * n}'}))\n")
+    tasks = [Task(str(n), f"square {n}") for n in (2, 3, 4, 5, 6, 7)]
+    reward = CommandReward(root, f"{sys.executable} score.py {{task}}", tasks, timeout=20,
+                           tree=FileTree(include=["solver.py"]))
+    rendered = reward.tree.render(reward.initial)
+    score = reward.reward(tasks[0], reward.run(rendered, tasks[0]))
+    assert float(score) == 0.0 and score.feedback == "solve(2) gave 3, want 4"
+    fix = "solver.py\n<<<<<<< SEARCH\n    return n + 1\n=======\n    return n * n\n>>>>>>> REPLACE\n"
+    result = evolve(**reward.evolve_kwargs(propose=lambda *a: fix), rounds=2, n_workers=2, seed=0)
+    assert "n * n" in result.state["solver.py"] and result.final_reward == 1.0
+    assert reward.stats()["runs"] >= 6
+    hanging = CommandReward(root, [sys.executable, "-c", "while True: pass"], tasks, sandbox=Sandbox(timeout=1, grace=0.2))
+    output = hanging.run(rendered, tasks[0])
+    assert float(hanging.reward(tasks[0], output)) == 0.0 and "timeout" in output
+    assert read_score("progress 3\n0.75\n") == (0.75, "progress 3") and read_score("2.5\n") is None

@@ -5,7 +5,9 @@ search/replace edits that change it), `Sandbox` (where a state's code runs: a fr
 temporary copy, a scrubbed environment, a timeout that kills the whole process group,
 resource limits, and no writes outside its folder or network where the platform allows)
 and `TestSuite` (the project's tests as tasks and reward: one sandboxed run per state,
-per-test results from JUnit XML, failing tests' messages as feedback).
+per-test results from JUnit XML, failing tests' messages as feedback). `CommandReward` is
+the general form: a command run on each state (and task), whose printed number is the
+reward.
 
     from agentdescent import evolve
     from agentdescent.code import TestSuite
@@ -18,9 +20,11 @@ See the docs page "Evolving code" (docs/code.md).
 
 from __future__ import annotations
 
+from .command import CommandReward, read_score
 from .edits import FileEdit, parse_edits
 from .sandbox import Sandbox, SandboxRun
 from .suite import SuiteRun, TestOutcome, TestSuite
 from .tree import FileTree
 
-__all__ = ["FileEdit", "FileTree", "Sandbox", "SandboxRun", "SuiteRun", "TestOutcome", "TestSuite", "parse_edits"]
+__all__ = ["CommandReward", "FileEdit", "FileTree", "Sandbox", "SandboxRun", "SuiteRun", "TestOutcome", "TestSuite",
+           "parse_edits", "read_score"]

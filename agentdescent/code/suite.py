@@ -17,18 +17,12 @@ or call a model.
 from __future__ import annotations
 
 import ast
-import collections
-import hashlib
-import json
 import os
 import shlex
-import shutil
 import sys
-import tempfile
 import textwrap
 import threading
 import time
-import weakref
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,8 +34,10 @@ from ..errors import InvalidArgument, InvalidArgumentType
 from ..rewards import Score
 from ..types import Task
 from ..validation import check_real
+from .cache import RunCache, state_hash
+from .project import ProjectCopy
 from .sandbox import Sandbox, SandboxRun
-from .tree import SKIPPED_DIRS, FileTree
+from .tree import FileTree
 
 __all__ = ["SuiteRun", "TestOutcome", "TestSuite"]
 
@@ -120,10 +116,6 @@ def _junit_key(node: str) -> tuple[str, str]:
     return ".".join(names[:-1]), names[-1]
 
 
-def _state_hash(state: Mapping[str, str]) -> str:
-    return hashlib.sha256(json.dumps(dict(state), sort_keys=True).encode("utf-8")).hexdigest()
-
-
 class TestSuite:
     """A project folder whose tests score an evolving file tree, run in a sandbox.
 
@@ -155,9 +147,6 @@ class TestSuite:
     def __init__(self, directory: str | os.PathLike[str], command: str | Sequence[str] | None = None,
                  timeout: float = 60.0, sandbox: Sandbox | None = None, *, tree: FileTree | None = None,
                  plugins: Sequence[str] | None = None, cache_size: int = 64) -> None:
-        self.directory = Path(directory).resolve()
-        if not self.directory.is_dir():
-            raise InvalidArgument(f"TestSuite({str(directory)!r}): not a folder; give the project's folder")
         self.timeout = check_real(timeout, "timeout", low=0.0, low_open=True, owner="TestSuite")
         if sandbox is not None and not isinstance(sandbox, Sandbox):
             raise InvalidArgumentType(f"TestSuite(sandbox={sandbox!r:.80}): give an agentdescent.code.Sandbox")
@@ -165,26 +154,18 @@ class TestSuite:
         if tree is not None and not isinstance(tree, FileTree):
             raise InvalidArgumentType(f"TestSuite(tree={tree!r:.80}): give an agentdescent.code.FileTree")
         self.tree = tree if tree is not None else FileTree()
+        self.project = ProjectCopy(directory, self.tree, "TestSuite")
+        self.directory, self.initial, self.skipped = self.project.directory, self.project.initial, self.project.skipped
         self.pytest = command is None
         if plugins is not None and (isinstance(plugins, str) or not all(isinstance(p, str) and p for p in plugins)):
             raise InvalidArgumentType(f"TestSuite(plugins={plugins!r:.80}): give None or a list of plugin names")
         self.plugins = None if plugins is None else tuple(plugins)
         self._env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"} if self.pytest and self.plugins is not None else {}
         self.command = self._command(command)
-        self.initial, self.skipped = self.tree.scan(self.directory)
-        if not self.initial:
-            raise InvalidArgument(
-                f"TestSuite({str(self.directory)!r}): no file of the folder matches the tree (include="
-                f"{list(self.tree.include)}, exclude={list(self.tree.exclude)}); give tree=FileTree(include=...)")
-        self._fixed = Path(tempfile.mkdtemp(prefix="agentdescent-suite-"))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._fixed), True)
-        self._copy_fixed()
-        self._cache: collections.OrderedDict[str, SuiteRun] = collections.OrderedDict()
-        self._cache_size = max(1, int(cache_size))
-        self._inflight: dict[str, threading.Event] = {}
+        self._cache: RunCache[SuiteRun] = RunCache(cache_size)
         self._lock = threading.Lock()
         self._tasks: list[Task] | None = None
-        self._stats = {"suite_runs": 0, "cache_hits": 0, "timeouts": 0, "crashes": 0}
+        self._stats = {"suite_runs": 0, "timeouts": 0, "crashes": 0}
         self._seconds = 0.0
 
     def _command(self, command: str | Sequence[str] | None) -> list[str]:
@@ -203,19 +184,9 @@ class TestSuite:
             flags += ["-p", name]
         return flags
 
-    def _copy_fixed(self) -> None:
-        """The project without the tree's files (the part every run shares)."""
-        evolving = set(self.initial)
-
-        def ignore(folder: str, names: list[str]) -> set[str]:
-            rel = Path(folder).relative_to(self.directory)
-            return {n for n in names if n in SKIPPED_DIRS or (rel / n).as_posix() in evolving}
-
-        shutil.copytree(self.directory, self._fixed / "project", symlinks=True, ignore=ignore)
-
     def close(self) -> None:
         """Remove the suite's temporary copy of the project (also done when the suite is collected)."""
-        self._finalizer()
+        self.project.close()
 
     # ----------------------------------------------------------------- the tasks
 
@@ -260,35 +231,14 @@ class TestSuite:
     # ----------------------------------------------------------------- running
 
     def _sandbox_run(self, command: list[str], state: Mapping[str, str], read_back: Sequence[str]) -> SandboxRun:
-        return self.sandbox.run(command, tree=state, base=self._fixed / "project", read_back=read_back, env=self._env)
+        return self.sandbox.run(command, tree=state, base=self.project.base, read_back=read_back, env=self._env)
 
     def results(self, state: Mapping[str, str]) -> SuiteRun:
         """The suite's results on ``state``: run once in the sandbox, then from the cache.
 
         Thread-safe: callers asking for a state being run wait for that run.
         """
-        key = _state_hash(state)
-        while True:
-            with self._lock:
-                if key in self._cache:
-                    self._cache.move_to_end(key)
-                    self._stats["cache_hits"] += 1
-                    return self._cache[key]
-                waiting = self._inflight.get(key)
-                if waiting is None:
-                    self._inflight[key] = threading.Event()
-                    break
-            waiting.wait()
-        try:
-            result = self._run_suite(state)
-            with self._lock:
-                self._cache[key] = result
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-            return result
-        finally:
-            with self._lock:
-                self._inflight.pop(key).set()
+        return self._cache.get(state_hash(state), lambda: self._run_suite(state))
 
     def _run_suite(self, state: Mapping[str, str]) -> SuiteRun:
         started = time.monotonic()
@@ -380,7 +330,9 @@ class TestSuite:
         inherited; `veto` as its ``commit_veto``, so no commit breaks any test the head
         passes; the trust region sized for whole files), updated with ``overrides``.
         An ``agent=`` override (an `agentdescent.LLMAgent` in ``proposal="edit"`` mode)
-        becomes ``propose=agent.propose``: the suite, not the agent, runs the tests.
+        becomes ``propose=agent.propose``: the suite, not the agent, runs the tests. An
+        agent given to the engine instead (``evolve(**suite.evolve_kwargs(), agent=...)``)
+        works the same way: with ``run=``, the agent only proposes.
 
         Raises:
             InvalidArgument: ``agent=`` together with ``propose=``, or an agent whose
@@ -408,23 +360,19 @@ class TestSuite:
     def stats(self) -> dict[str, float]:
         """``suite_runs``, ``cache_hits``, ``timeouts``, ``crashes`` and ``sandbox_seconds`` so far."""
         with self._lock:
-            return {**self._stats, "sandbox_seconds": round(self._seconds, 3)}
+            return {**self._stats, "cache_hits": self._cache.hits, "sandbox_seconds": round(self._seconds, 3)}
 
     def __repr__(self) -> str:
         return f"TestSuite({str(self.directory)!r}, command={shlex.join(self.command)!r}, timeout={self.timeout:g})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_lock", "_inflight", "_cache", "_finalizer"):
-            state.pop(name, None)
+        state.pop("_lock", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._inflight = {}
-        self._cache = collections.OrderedDict()
-        self._finalizer = weakref.finalize(self, lambda: None)  # the copy belongs to the original
 
 
 _SAID = {"failed": "failed", "error": "errored", "skipped": "was skipped", "timeout": "timed out",

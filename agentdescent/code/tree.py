@@ -109,6 +109,10 @@ class FileTree(Strategy):
         InvalidArgument, InvalidArgumentType: a bad pattern or limit.
     """
 
+    #: The proposals it reads: code edits (an `agentdescent.LLMAgent` must be in
+    #: ``proposal="edit"`` mode; the engines refuse another).
+    proposal_mode = "edit"
+
     def __init__(self, include: Iterable[str] | str = DEFAULT_INCLUDE, exclude: Iterable[str] | str = DEFAULT_EXCLUDE,
                  max_file_bytes: int = 200_000, *, max_files: int = 200, max_total_bytes: int = 1_000_000) -> None:
         self.include = _check_patterns(include, "include")

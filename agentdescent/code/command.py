@@ -1,0 +1,193 @@
+"""`CommandReward`: run a script on a state, read a number — the general form of a sandboxed reward.
+
+This module owns the plainest way to score code: a command (a benchmark script, a
+scorer) runs in the sandbox on a state's files and prints its score. With ``{task}`` in
+the command it runs once per (state, task), with the task's id in place of ``{task}``;
+without, once per state, and that one score is every task's. The score is read off
+stdout: the last line that is a number in [0, 1], or a JSON object ``{"score": x,
+"feedback": "..."}``. A command that fails, times out or prints no such number scores 0
+with feedback saying so. `agentdescent.code.TestSuite` is the special form for test
+suites (one run gives every test's result).
+
+It must not run anything outside its sandbox, write into the project folder, or call a
+model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..aggregator_config import AggregatorConfig
+from ..errors import InvalidArgument, InvalidArgumentType
+from ..rewards import Score
+from ..types import Task
+from ..validation import check_real
+from .cache import RunCache, state_hash
+from .project import ProjectCopy
+from .sandbox import Sandbox, SandboxRun
+from .tree import FileTree
+
+__all__ = ["CommandReward", "read_score"]
+
+_SCORE = "SCORE"
+_FAILED = "FAILED"
+
+
+def read_score(stdout: str) -> tuple[float, str] | None:
+    """The score a command printed and its feedback, or None when it printed none.
+
+    The last line of ``stdout`` that is a number in [0, 1] (feedback: the lines before it,
+    cut short), or a JSON object with a ``"score"`` in [0, 1] (and an optional
+    ``"feedback"`` string).
+    """
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
+        value: Any = None
+        feedback = ""
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                value, feedback = data.get("score"), data.get("feedback", "")
+        else:
+            try:
+                value = float(line)
+            except ValueError:
+                continue
+            feedback = "\n".join(lines[max(0, i - 10):i])
+        if (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and 0.0 <= value <= 1.0):
+            return float(value), str(feedback)[-1200:]
+    return None
+
+
+class CommandReward:
+    """A command run in a sandbox on each state, whose printed number is the reward.
+
+    Args:
+        directory: the project (the files the tree evolves, and whatever the command
+            needs); only read, once.
+        command: the command, a list or a string split like a shell would; ``{task}``
+            stands for the task's id (one run per state and task), else one run per state.
+        tasks: the tasks (at least 4, as the engines need); their ids replace ``{task}``.
+        timeout: seconds one run may take (the sandbox kills it after that plus its grace).
+        sandbox: where it runs (default ``Sandbox(timeout=timeout)``).
+        tree: which files of ``directory`` are the artifact (default `FileTree`).
+        cache_size: runs kept, by state (and task).
+
+    Raises:
+        InvalidArgument, InvalidArgumentType: a bad folder, command, task list, timeout
+            or sandbox.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], command: str | Sequence[str], tasks: Sequence[Task],
+                 timeout: float = 60.0, sandbox: Sandbox | None = None, *, tree: FileTree | None = None,
+                 cache_size: int = 256) -> None:
+        self.timeout = check_real(timeout, "timeout", low=0.0, low_open=True, owner="CommandReward")
+        if sandbox is not None and not isinstance(sandbox, Sandbox):
+            raise InvalidArgumentType(f"CommandReward(sandbox={sandbox!r:.80}): give an agentdescent.code.Sandbox")
+        self.sandbox = sandbox if sandbox is not None else Sandbox(timeout=self.timeout)
+        self.tree = tree if tree is not None else FileTree()
+        parts = shlex.split(command) if isinstance(command, str) else list(command)
+        if not parts or not all(isinstance(p, str) and p for p in parts):
+            raise InvalidArgument(f"CommandReward(command={command!r:.120}): give the command as a list of "
+                                  "strings or one string, such as 'python score.py {task}'")
+        self.command = parts
+        self.per_task = any("{task}" in p for p in parts)
+        self._tasks = list(tasks)
+        if not self._tasks or not all(isinstance(t, Task) for t in self._tasks):
+            raise InvalidArgumentType("CommandReward(tasks=...): give a list of agentdescent.Task")
+        self.project = ProjectCopy(directory, self.tree, "CommandReward")
+        self.initial = self.project.initial
+        self._cache: RunCache[tuple[str, SandboxRun]] = RunCache(cache_size)
+        self._lock = threading.Lock()
+        self._stats = {"runs": 0, "timeouts": 0, "failures": 0}
+        self._seconds = 0.0
+
+    def tasks(self) -> list[Task]:
+        """The tasks given."""
+        return list(self._tasks)
+
+    def score(self, state: Mapping[str, str], task: Task) -> tuple[str, SandboxRun]:
+        """The ``run`` output for ``task`` on ``state`` (one sandboxed run, or the cache) and that run."""
+        key = state_hash(state, task.id if self.per_task else "")
+        return self._cache.get(key, lambda: self._run(state, task))
+
+    def _run(self, state: Mapping[str, str], task: Task) -> tuple[str, SandboxRun]:
+        argv = [p.replace("{task}", task.id) for p in self.command] if self.per_task else list(self.command)
+        run = self.sandbox.run(argv, tree=state, base=self.project.base)
+        found = read_score(run.stdout) if run.ok else None
+        with self._lock:
+            self._stats["runs"] += 1
+            self._seconds += run.seconds
+            self._stats["timeouts"] += run.timed_out
+            self._stats["failures"] += found is None
+        if found is not None:
+            value, feedback = found
+            return f"{_SCORE} {value!r}" + (f"\n{feedback}" if feedback else ""), run
+        tail = (run.stderr.strip() or run.stdout.strip())[-800:]
+        why = ("it printed no score (a last line that is a number in [0, 1], or {\"score\": ...})" if run.ok
+               else f"the command was {run.describe()}" if run.timed_out else f"the command ended with {run.describe()}")
+        return f"{_FAILED}\n{why}" + (f":\n{tail}" if tail else ""), run
+
+    def run(self, rendered: str, task: Task) -> str:
+        """The engine's ``run(rendered, task)``: the score line of the tree ``rendered`` shows."""
+        return self.score(self.tree.parse(rendered), task)[0]
+
+    def reward(self, task: Task, output: str) -> Score:
+        """The engine's ``reward(task, output)``: the printed score, or 0.0 with why."""
+        head, _, rest = str(output).partition("\n")
+        if head.startswith(_SCORE + " "):
+            try:
+                return Score(min(1.0, max(0.0, float(head[len(_SCORE) + 1:]))), rest)
+            except ValueError:
+                pass
+        return Score(0.0, rest or "the command gave no score")
+
+    def evolve_kwargs(self, **overrides: Any) -> dict[str, Any]:
+        """The keyword arguments of `evolve`/`async_evolve`: ``tasks``, ``run``, ``reward``,
+        ``strategy``, ``initial_state``, ``agg_config`` (the trust region sized for whole
+        files), updated with ``overrides``; an ``agent=`` override becomes its ``propose``
+        (see `agentdescent.code.TestSuite.evolve_kwargs`)."""
+        kwargs: dict[str, Any] = {
+            "tasks": self.tasks(), "run": self.run, "reward": self.reward, "strategy": self.tree,
+            "initial_state": dict(self.initial),
+            "agg_config": AggregatorConfig(trust_region_chars=max(32000, 2 * self.tree.max_file_bytes)),
+        }
+        agent = overrides.pop("agent", None)
+        if agent is not None:
+            if "propose" in overrides:
+                raise InvalidArgument("CommandReward.evolve_kwargs: give agent= or propose=, not both")
+            kwargs["propose"] = agent.propose
+        kwargs.update(overrides)
+        return kwargs
+
+    def stats(self) -> dict[str, float]:
+        """``runs``, ``timeouts``, ``failures`` (no score), ``cache_hits`` and ``sandbox_seconds`` so far."""
+        with self._lock:
+            return {**self._stats, "cache_hits": self._cache.hits, "sandbox_seconds": round(self._seconds, 3)}
+
+    def close(self) -> None:
+        """Remove the temporary copy of the project."""
+        self.project.close()
+
+    def __repr__(self) -> str:
+        return f"CommandReward({str(self.project.directory)!r}, command={shlex.join(self.command)!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
