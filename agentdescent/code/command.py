@@ -19,17 +19,15 @@ import json
 import math
 import os
 import shlex
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..aggregator_config import AggregatorConfig
-from ..errors import InvalidArgument, InvalidArgumentType
+from ..errors import InvalidArgumentType
 from ..rewards import Score
 from ..types import Task
-from ..validation import check_real
-from .cache import RunCache, state_hash
-from .project import ProjectCopy
+from .base import SandboxedReward, split_command
+from .cache import state_hash
 from .sandbox import Sandbox, SandboxRun
 from .tree import FileTree
 
@@ -70,7 +68,7 @@ def read_score(stdout: str) -> tuple[float, str] | None:
     return None
 
 
-class CommandReward:
+class CommandReward(SandboxedReward[tuple[str, SandboxRun]]):
     """A command run in a sandbox on each state, whose printed number is the reward.
 
     Args:
@@ -92,26 +90,13 @@ class CommandReward:
     def __init__(self, directory: str | os.PathLike[str], command: str | Sequence[str], tasks: Sequence[Task],
                  timeout: float = 60.0, sandbox: Sandbox | None = None, *, tree: FileTree | None = None,
                  cache_size: int = 256) -> None:
-        self.timeout = check_real(timeout, "timeout", low=0.0, low_open=True, owner="CommandReward")
-        if sandbox is not None and not isinstance(sandbox, Sandbox):
-            raise InvalidArgumentType(f"CommandReward(sandbox={sandbox!r:.80}): give an agentdescent.code.Sandbox")
-        self.sandbox = sandbox if sandbox is not None else Sandbox(timeout=self.timeout)
-        self.tree = tree if tree is not None else FileTree()
-        parts = shlex.split(command) if isinstance(command, str) else list(command)
-        if not parts or not all(isinstance(p, str) and p for p in parts):
-            raise InvalidArgument(f"CommandReward(command={command!r:.120}): give the command as a list of "
-                                  "strings or one string, such as 'python score.py {task}'")
+        parts = split_command(command, "CommandReward", "python score.py {task}")
         self.command = parts
         self.per_task = any("{task}" in p for p in parts)
         self._tasks = list(tasks)
         if not self._tasks or not all(isinstance(t, Task) for t in self._tasks):
             raise InvalidArgumentType("CommandReward(tasks=...): give a list of agentdescent.Task")
-        self.project = ProjectCopy(directory, self.tree, "CommandReward")
-        self.initial = self.project.initial
-        self._cache: RunCache[tuple[str, SandboxRun]] = RunCache(cache_size)
-        self._lock = threading.Lock()
-        self._stats = {"runs": 0, "timeouts": 0, "failures": 0}
-        self._seconds = 0.0
+        super().__init__(directory, timeout, sandbox, tree, cache_size, ("runs", "timeouts", "failures"))
 
     def tasks(self) -> list[Task]:
         """The tasks given."""
@@ -126,11 +111,7 @@ class CommandReward:
         argv = [p.replace("{task}", task.id) for p in self.command] if self.per_task else list(self.command)
         run = self.sandbox.run(argv, tree=state, base=self.project.base)
         found = read_score(run.stdout) if run.ok else None
-        with self._lock:
-            self._stats["runs"] += 1
-            self._seconds += run.seconds
-            self._stats["timeouts"] += run.timed_out
-            self._stats["failures"] += found is None
+        self._count(run, run.seconds, runs=True, timeouts=run.timed_out, failures=found is None)
         if found is not None:
             value, feedback = found
             return f"{_SCORE} {value!r}" + (f"\n{feedback}" if feedback else ""), run
@@ -163,31 +144,7 @@ class CommandReward:
             "initial_state": dict(self.initial),
             "agg_config": AggregatorConfig(trust_region_chars=max(32000, 2 * self.tree.max_file_bytes)),
         }
-        agent = overrides.pop("agent", None)
-        if agent is not None:
-            if "propose" in overrides:
-                raise InvalidArgument("CommandReward.evolve_kwargs: give agent= or propose=, not both")
-            kwargs["propose"] = agent.propose
-        kwargs.update(overrides)
-        return kwargs
-
-    def stats(self) -> dict[str, float]:
-        """``runs``, ``timeouts``, ``failures`` (no score), ``cache_hits`` and ``sandbox_seconds`` so far."""
-        with self._lock:
-            return {**self._stats, "cache_hits": self._cache.hits, "sandbox_seconds": round(self._seconds, 3)}
-
-    def close(self) -> None:
-        """Remove the temporary copy of the project."""
-        self.project.close()
+        return self._engine_kwargs(kwargs, overrides)
 
     def __repr__(self) -> str:
         return f"CommandReward({str(self.project.directory)!r}, command={shlex.join(self.command)!r})"
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()

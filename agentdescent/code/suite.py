@@ -21,7 +21,6 @@ import os
 import shlex
 import sys
 import textwrap
-import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -33,9 +32,8 @@ from ..aggregator_config import AggregatorConfig
 from ..errors import InvalidArgument, InvalidArgumentType
 from ..rewards import Score
 from ..types import Task
-from ..validation import check_real
-from .cache import RunCache, state_hash
-from .project import ProjectCopy
+from .base import SandboxedReward, split_command
+from .cache import state_hash
 from .sandbox import Sandbox, SandboxRun
 from .tree import FileTree
 
@@ -116,7 +114,7 @@ def _junit_key(node: str) -> tuple[str, str]:
     return ".".join(names[:-1]), names[-1]
 
 
-class TestSuite:
+class TestSuite(SandboxedReward[SuiteRun]):
     """A project folder whose tests score an evolving file tree, run in a sandbox.
 
     Args:
@@ -147,46 +145,26 @@ class TestSuite:
     def __init__(self, directory: str | os.PathLike[str], command: str | Sequence[str] | None = None,
                  timeout: float = 60.0, sandbox: Sandbox | None = None, *, tree: FileTree | None = None,
                  plugins: Sequence[str] | None = None, cache_size: int = 64) -> None:
-        self.timeout = check_real(timeout, "timeout", low=0.0, low_open=True, owner="TestSuite")
-        if sandbox is not None and not isinstance(sandbox, Sandbox):
-            raise InvalidArgumentType(f"TestSuite(sandbox={sandbox!r:.80}): give an agentdescent.code.Sandbox")
-        self.sandbox = sandbox if sandbox is not None else Sandbox(timeout=self.timeout)
-        if tree is not None and not isinstance(tree, FileTree):
-            raise InvalidArgumentType(f"TestSuite(tree={tree!r:.80}): give an agentdescent.code.FileTree")
-        self.tree = tree if tree is not None else FileTree()
-        self.project = ProjectCopy(directory, self.tree, "TestSuite")
-        self.directory, self.initial, self.skipped = self.project.directory, self.project.initial, self.project.skipped
+        super().__init__(directory, timeout, sandbox, tree, cache_size, ("suite_runs", "timeouts", "crashes"))
         self.pytest = command is None
         if plugins is not None and (isinstance(plugins, str) or not all(isinstance(p, str) and p for p in plugins)):
             raise InvalidArgumentType(f"TestSuite(plugins={plugins!r:.80}): give None or a list of plugin names")
         self.plugins = None if plugins is None else tuple(plugins)
         self._env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"} if self.pytest and self.plugins is not None else {}
         self.command = self._command(command)
-        self._cache: RunCache[SuiteRun] = RunCache(cache_size)
-        self._lock = threading.Lock()
         self._tasks: list[Task] | None = None
-        self._stats = {"suite_runs": 0, "timeouts": 0, "crashes": 0}
-        self._seconds = 0.0
 
     def _command(self, command: str | Sequence[str] | None) -> list[str]:
         if command is None:
             return [sys.executable, "-m", "pytest", "-q", *self._plugin_flags(), "--tb=short",
                     f"--junitxml={JUNIT_PATH}", "-o", "junit_family=xunit1"]
-        parts = shlex.split(command) if isinstance(command, str) else list(command)
-        if not parts or not all(isinstance(p, str) and p for p in parts):
-            raise InvalidArgument(f"TestSuite(command={command!r:.120}): give the test command as a list of "
-                                  "strings or one string, such as 'python -m pytest -q'")
-        return [p.replace("{junit}", JUNIT_PATH) for p in parts]
+        return [p.replace("{junit}", JUNIT_PATH) for p in split_command(command, "TestSuite", "python -m pytest -q")]
 
     def _plugin_flags(self) -> list[str]:
         flags = ["-p", "no:cacheprovider"]
         for name in self.plugins or ():
             flags += ["-p", name]
         return flags
-
-    def close(self) -> None:
-        """Remove the suite's temporary copy of the project (also done when the suite is collected)."""
-        self.project.close()
 
     # ----------------------------------------------------------------- the tasks
 
@@ -245,13 +223,8 @@ class TestSuite:
         run = self._sandbox_run(list(self.command), state, read_back=(JUNIT_PATH,))
         outcomes = self._outcomes(run)
         seconds = time.monotonic() - started
-        with self._lock:
-            self._stats["suite_runs"] += 1
-            self._seconds += seconds
-            if run.timed_out:
-                self._stats["timeouts"] += 1
-            elif JUNIT_PATH not in run.files:
-                self._stats["crashes"] += 1
+        self._count(run, seconds, suite_runs=True, timeouts=run.timed_out,
+                    crashes=not run.timed_out and JUNIT_PATH not in run.files)
         return SuiteRun(outcomes, run, round(seconds, 3))
 
     def _outcomes(self, run: SandboxRun) -> dict[str, TestOutcome]:
@@ -344,35 +317,18 @@ class TestSuite:
             "agg_config": AggregatorConfig(rescore="deterministic", commit_veto=self.veto, sequential=False,
                                            trust_region_chars=max(32000, 2 * self.tree.max_file_bytes)),
         }
-        agent = overrides.pop("agent", None)
-        if agent is not None:
-            if "propose" in overrides:
-                raise InvalidArgument("TestSuite.evolve_kwargs: give agent= or propose=, not both")
-            mode = getattr(agent, "proposal", "edit")
-            if mode != "edit":
-                raise InvalidArgument(
-                    f"TestSuite.evolve_kwargs(agent=...): the agent proposes in {mode!r} mode; code needs "
-                    "LLMAgent(..., proposal='edit'), whose replies are search/replace blocks")
-            kwargs["propose"] = agent.propose
-        kwargs.update(overrides)
-        return kwargs
-
-    def stats(self) -> dict[str, float]:
-        """``suite_runs``, ``cache_hits``, ``timeouts``, ``crashes`` and ``sandbox_seconds`` so far."""
-        with self._lock:
-            return {**self._stats, "cache_hits": self._cache.hits, "sandbox_seconds": round(self._seconds, 3)}
+        return self._engine_kwargs(kwargs, overrides, _check_edit_mode)
 
     def __repr__(self) -> str:
         return f"TestSuite({str(self.directory)!r}, command={shlex.join(self.command)!r}, timeout={self.timeout:g})"
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lock", None)
-        return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+def _check_edit_mode(agent: Any) -> None:
+    mode = getattr(agent, "proposal", "edit")
+    if mode != "edit":
+        raise InvalidArgument(
+            f"TestSuite.evolve_kwargs(agent=...): the agent proposes in {mode!r} mode; code needs "
+            "LLMAgent(..., proposal='edit'), whose replies are search/replace blocks")
 
 
 _SAID = {"failed": "failed", "error": "errored", "skipped": "was skipped", "timeout": "timed out",
