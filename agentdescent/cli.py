@@ -479,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude", metavar="GLOB", action="append", default=None,
                    help="with --tree: files it must not change, repeatable, added to the tests (test_*.py, "
                    "*_test.py, conftest.py, tests/**, test/**), which are never changed (default: the tests)")
+    p.add_argument("--pytest-plugins", metavar="NAMES", default=None,
+                   help="with --tree and pytest: load only these pytest plugins (comma-separated; '' for none) "
+                   "instead of every installed one, which starts each suite run faster (default: every installed)")
     p.add_argument("--suite-timeout", type=float, metavar="SECONDS", default=None,
                    help=f"with --tree: seconds one run of the whole suite may take (default: {DEFAULT_SUITE_TIMEOUT:g})")
     p.add_argument("--seed", type=int, default=0, help="the run's seed (the split, the task order)")

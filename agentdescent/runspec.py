@@ -300,7 +300,7 @@ def is_tree(spec: dict[str, Any]) -> bool:
 
 
 def tree_entry(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec's ``tree`` entry (``include``, ``exclude``, ``test_cmd``, ``timeout``), checked.
+    """The spec's ``tree`` entry (``include``, ``exclude``, ``test_cmd``, ``timeout``, optional ``plugins``), checked.
 
     Raises:
         UsageError: missing or malformed (the spec was edited by hand).
@@ -309,6 +309,8 @@ def tree_entry(spec: dict[str, Any]) -> dict[str, Any]:
     ok = isinstance(entry, dict) and all(
         isinstance(entry.get(k), list) and all(isinstance(p, str) for p in entry[k]) for k in ("include", "exclude"))
     ok = ok and isinstance(entry.get("test_cmd"), (str, type(None))) and isinstance(entry.get("timeout"), (int, float))
+    plugins = entry.get("plugins") if isinstance(entry, dict) else None
+    ok = ok and (plugins is None or (isinstance(plugins, list) and all(isinstance(p, str) for p in plugins)))
     if not ok:
         raise UsageError('spec.json: a "tree" run needs a "tree" entry {"include": [globs], "exclude": [globs], '
                          '"test_cmd": a command or null, "timeout": seconds}; `agentdescent init RUN_DIR --tree DIR '

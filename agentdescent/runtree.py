@@ -49,7 +49,7 @@ DEFAULT_SUITE_TIMEOUT = 60.0
 _NOT_WITH_TREE = (("tasks", "--tasks"), ("reward", "--reward"), ("strategy", "--strategy"), ("initial", "--initial"),
                   ("proposal", "--proposal"), ("test_tasks", "--test-tasks"))
 _TREE_ONLY = (("test_cmd", "--test-cmd"), ("include", "--include"), ("exclude", "--exclude"),
-              ("suite_timeout", "--suite-timeout"))
+              ("suite_timeout", "--suite-timeout"), ("pytest_plugins", "--pytest-plugins"))
 
 #: The longest runner message kept in a one-line error.
 _MESSAGE_CHARS = 600
@@ -135,11 +135,25 @@ def _refusal(exc: Exception, where: str, folder: Path, shown: Path) -> UsageErro
     return UsageError(f"{where}: {_one_line(text)}")
 
 
+def _plugins(args: argparse.Namespace) -> list[str] | None:
+    """``--pytest-plugins``: None (every installed plugin), or the names to load alone."""
+    raw = getattr(args, "pytest_plugins", None)
+    if raw is None:
+        return None
+    if args.test_cmd is not None:
+        raise UsageError("--pytest-plugins: only with pytest (not with --test-cmd, whose runner loads its own)")
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    bad = next((n for n in names if not n.replace(".", "").replace("_", "").isalnum()), None)
+    if bad is not None:
+        raise UsageError(f"--pytest-plugins: {bad[:60]!r} is not a plugin module name (such as pytest_asyncio)")
+    return names
+
+
 def _make_suite(spec: dict[str, Any], folder: Path, where: str, shown: Path) -> TestSuite:
     entry = tree_entry(spec)
     try:
         return TestSuite(folder, command=entry["test_cmd"], timeout=entry["timeout"],
-                         tree=make_strategy(spec, []))
+                         tree=make_strategy(spec, []), plugins=entry.get("plugins"))
     except InvalidArgument as exc:
         raise _refusal(exc, where, folder, shown) from None
 
@@ -178,7 +192,7 @@ def init_tree(args: argparse.Namespace, run: RunDir, common: dict[str, Any]) -> 
     spec = {**common, "tasks": "tasks.jsonl", "reward": "tests", "strategy": "tree", "proposal": "edit",
             "initial_text": None, "test_tasks": None, "stratify": args.stratify or "group",
             "tree": {"include": list(tree.include), "exclude": list(tree.exclude), "test_cmd": args.test_cmd,
-                     "timeout": timeout}}
+                     "timeout": timeout, "plugins": _plugins(args)}}
     made = not run.path.exists()
     run.path.mkdir(parents=True, exist_ok=True)
     staging = run.path / f".tree.tmp-{os.getpid()}-{secrets.token_hex(4)}"

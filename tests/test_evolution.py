@@ -165,15 +165,18 @@ def test_callables_with_defaults_or_varargs_are_accepted():
     assert evolve(tasks, reward, **kwargs).error is None
 
 
-def test_agent_and_run_together_are_refused():
+def test_agent_and_propose_together_are_refused_and_agent_with_run_only_proposes():
     class Agent:
         def solve(self, rendered, task):
-            return "x"
+            raise AssertionError("run= solves: the agent is never asked")
 
         def propose(self, rendered, task, output, reward):
             return None
 
-    _raises_naming(ValueError, ["agent=", "run="], agent=Agent())
+    _raises_naming(ValueError, ["agent=", "propose="], agent=Agent())
+    tasks, reward, kwargs = toy_kwargs(agent=Agent())
+    kwargs.pop("propose")
+    assert evolve(tasks, reward, **kwargs).error is None
 
 
 def test_missing_run_or_propose_is_refused():

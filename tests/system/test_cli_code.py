@@ -62,7 +62,7 @@ def _project(tmp_path: Path) -> Path:
 def _init(run_dir: Path, project: Path, server: LLMServer | None, *extra: str) -> subprocess.CompletedProcess:
     url = server.openai_base_url if server is not None else "http://127.0.0.1:9/v1"
     return cli("init", str(run_dir), "--tree", str(project), "--model", "code-model", "--base-url", url,
-               "--api-key-env", "CLI_TEST_KEY", "--suite-timeout", "30", *extra)
+               "--api-key-env", "CLI_TEST_KEY", "--suite-timeout", "30", "--pytest-plugins", "", *extra)
 
 
 def _one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> str:
@@ -155,6 +155,7 @@ def test_init_run_export_eval_on_a_copy_of_the_project(tmp_path):
     (["--initial", "x.md"], ["--initial", "tests are the tasks"]),
     (["--proposal", "rule"], ["--proposal", "tests are the tasks"]),
     (["--test-tasks", "t.jsonl"], ["--test-tasks", "tests are the tasks"]),
+    (["--test-cmd", "make test"], ["--pytest-plugins", "not with --test-cmd"]),
 ])
 def test_init_tree_refuses_the_task_reward_and_strategy_flags(tmp_path, extra, words):
     proc = _init(tmp_path / "run", _project(tmp_path), None, *extra)
