@@ -21,7 +21,7 @@ from .allocator import (
 from .async_evolve import async_evolve
 from .budget import BudgetGovernor
 from .clock import Clock, MonotonicClock
-from .compaction import DEFAULT_FORK_MIN_SPAN_RATIO, ContextManager
+from .compaction import ContextManager
 from .config import Limits, Retry, RunConfig, Schedule, Split
 from .dataloader import hf_rows, hf_rows_modelscope
 from .errors import (
@@ -57,6 +57,7 @@ from .errors import (
     UsageError,
 )
 from .evolution import evolve
+from .forkrule import DEFAULT_FORK_MIN_SPAN_RATIO
 from .governance import FAST_MAX, Layer, classify
 from .judge import judge
 from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger

@@ -3,8 +3,9 @@
 This module owns `ContextManager` (an append-only message history with stable ids,
 per-request views, and compaction of old spans into summaries), the decision of how a
 summary call is sent (standalone, or forked off the prefix the provider already has in
-its prompt cache, gated by the span-to-prefix ratio), and `mount` (a manager from a
-config mapping). Token counts come from `agentdescent.tokens`, prices and the break-even
+its prompt cache, gated by the span-to-prefix ratio: the rule itself is
+`agentdescent.forkrule`'s). `mount` (a manager from a config mapping) is
+`agentdescent.context`'s. Token counts come from `agentdescent.tokens`, prices and the break-even
 from `agentdescent.pricing`, message shapes from `agentdescent.messages`.
 
 It must not import a provider SDK, open a network connection, read the clock, or edit a
@@ -15,14 +16,20 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
-import numbers
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidArgument, InvalidArgumentType
+from .errors import InvalidArgumentType
+from .forkrule import (
+    DEFAULT_FORK_MIN_SPAN_RATIO,
+    SUMMARY_CALL_MODES,
+    canonical_mode,
+    fork_verdict,
+    min_span_ratio,
+    ratio_warning,
+)
 from .messages import (
     call_ids,
     clone,
@@ -32,30 +39,18 @@ from .messages import (
     validate_message,
 )
 from .model import Provider
-from .pricing import RateCard, fork_break_even
+from .pricing import RateCard
 from .seams import adopt
 from .tokens import TokenCounter, as_token_counter, tools_tokens
 from .validation import check_fraction, check_int, check_real
 
 __all__ = [
-    "DEFAULT_FORK_MIN_SPAN_RATIO",
-    "SUMMARY_CALL_MODES",
     "SUMMARY_MESSAGE_HEADER",
     "SUMMARY_REQUEST_TAG",
     "ContextManager",
-    "mount",
 ]
 
 logger = logging.getLogger("agentdescent.compaction")
-
-#: The measured break-even span ratio: a forked summary call cost $0.00077 per 1k of its
-#: own prompt tokens, a standalone one $0.00350, so forking pays iff
-#: ``P * 0.00077 <= S * 0.00350``, i.e. ``S / P >= 0.00077 / 0.00350 = 0.22``.
-DEFAULT_FORK_MIN_SPAN_RATIO = 0.22
-
-#: Accepted values of ``summary_call_mode``; ``"inline"`` is an alias of ``"standalone"``.
-SUMMARY_CALL_MODES = ("standalone", "inline", "fork", "auto")
-_MODE_ALIASES = {"inline": "standalone"}
 
 #: Every summary request's instruction starts with this tag, so a transcript, a log or a
 #: simulator can tell summarizer calls from the agent's own turns.
@@ -63,36 +58,6 @@ SUMMARY_REQUEST_TAG = "[context compaction]"
 
 #: Header of the user message that replaces a summarised span in every later view.
 SUMMARY_MESSAGE_HEADER = "[Summary of earlier conversation]"
-
-# --------------------------------------------------------------------------- knobs
-
-
-def _canonical_mode(value: Any) -> str:
-    if not isinstance(value, str) or value not in SUMMARY_CALL_MODES:
-        raise InvalidArgument(
-            f"summary_call_mode={value!r} is not a summary call mode; use one of "
-            f"{list(SUMMARY_CALL_MODES)} ('inline' is an alias of 'standalone')"
-        )
-    return _MODE_ALIASES.get(value, value)
-
-
-def _classify_ratio(value: Any) -> tuple[str, float | None]:
-    """Sort a ``summary_fork_min_span_ratio`` value: unset, off, invalid or armed."""
-    if value is None:
-        return "unset", None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return "invalid", None
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return "invalid", None
-    if not math.isfinite(number) or number < 0:
-        return "invalid", None
-    if number == 0:
-        return "off", None
-    return "armed", number
-
-
 
 # --------------------------------------------------------------------------- the manager
 
@@ -204,7 +169,7 @@ class ContextManager:
         )
         self.token_counter: TokenCounter = as_token_counter(token_counter)
         self._lock = threading.RLock()
-        self._mode = _canonical_mode(summary_call_mode)
+        self._mode = canonical_mode(summary_call_mode)
         self._ratio_value: Any = summary_fork_min_span_ratio
         self._rate_card: RateCard | None = None
         self._cache_hit_fraction = 1.0
@@ -240,7 +205,7 @@ class ContextManager:
     @summary_call_mode.setter
     def summary_call_mode(self, value: str) -> None:
         with self._lock:
-            self._mode = _canonical_mode(value)
+            self._mode = canonical_mode(value)
             self._announce_ratio()
 
     @property
@@ -278,34 +243,13 @@ class ContextManager:
 
     def _announce_ratio(self) -> None:
         """Say, once per setting, when the ratio knob cannot do what it seems to ask."""
-        kind, _ = _classify_ratio(self._ratio_value)
-        if self._mode == "standalone":
-            if kind in ("armed", "invalid"):
-                logger.warning(
-                    "summary_fork_min_span_ratio=%r has no effect with summary_call_mode="
-                    "'standalone', which never forks; use summary_call_mode='auto' or 'fork' "
-                    "to gate forks by span ratio",
-                    self._ratio_value,
-                )
-            return
-        if kind == "invalid":
-            logger.warning(
-                "summary_fork_min_span_ratio=%r is not a usable ratio (it must be a finite "
-                "number >= 0); the fork predicate is disabled, so summary_call_mode=%r forks "
-                "every aligned summary. Pass a ratio such as %s, or None for the default.",
-                self._ratio_value, self._mode, DEFAULT_FORK_MIN_SPAN_RATIO,
-            )
+        warning = ratio_warning(self._ratio_value, self._mode)
+        if warning is not None:
+            logger.warning("%s", warning)
 
     def _min_span_ratio(self) -> float | None:
         """The ratio the predicate compares against, or None when the predicate is off."""
-        kind, number = _classify_ratio(self._ratio_value)
-        if kind == "armed":
-            return number
-        if kind == "unset" and self._mode == "auto":
-            if self._rate_card is not None:
-                return fork_break_even(self._rate_card, self._cache_hit_fraction)
-            return DEFAULT_FORK_MIN_SPAN_RATIO
-        return None
+        return min_span_ratio(self._ratio_value, self._mode, self._rate_card, self._cache_hit_fraction)
 
     # ----------------------------------------------------------------- history
 
@@ -753,39 +697,25 @@ class ContextManager:
         return True
 
     def _predicate(self, span_tokens: int, stats: dict[str, Any]) -> bool:
-        """Decide, for an aligned fork, whether it is worth its prefix. True means fork."""
+        """Decide, for an aligned fork, whether it is worth its prefix (`agentdescent.forkrule.fork_verdict`). True means fork."""
         min_ratio = self._min_span_ratio()
         if min_ratio is None:
             return True  # predicate off: not even evaluated
         assert self._sent is not None
-        prefix_tokens = self._sent.tokens
-        span_ratio = span_tokens / prefix_tokens if prefix_tokens > 0 else None
-        stats["span_measure"] = {
-            "span_tokens": span_tokens,
-            "prefix_tokens": prefix_tokens,
-            "span_ratio": span_ratio,
-            "min_span_ratio": min_ratio,
-        }
-        if span_ratio is None:
-            return True  # a zero-token prefix gives no opinion
-        if span_ratio >= min_ratio:
+        fork, stats["span_measure"], kind = fork_verdict(span_tokens, self._sent.tokens, min_ratio)
+        if fork:
             return True
-        if math.isinf(min_ratio):
-            kind = "cold-cache"
-        elif min_ratio > 1:
-            kind = "ratio-above-one"
-        else:
-            kind = "span-below-ratio"
         self.fork_declines += 1
         stats["decline_reason"] = kind
         level = logging.INFO if kind not in self._declined_kinds else logging.DEBUG
         self._declined_kinds.add(kind)
+        measure = stats["span_measure"]
         logger.log(
             level,
             "summarizer fork declined (%s): span ratio %.4f = %d/%d is below "
             "summary_fork_min_span_ratio %.4f, a standalone call is cheaper; sending it "
             "instead [fork_declines=%d; later declines of this kind log at DEBUG]",
-            kind, span_ratio, span_tokens, prefix_tokens, min_ratio, self.fork_declines,
+            kind, measure["span_ratio"], span_tokens, measure["prefix_tokens"], min_ratio, self.fork_declines,
         )
         return False
 
@@ -795,56 +725,3 @@ class ContextManager:
             f"summary_fork_min_span_ratio={self._ratio_value!r}, messages={len(self._history)}, "
             f"summaries={len(self._summaries)})"
         )
-
-
-
-# --------------------------------------------------------------------------- mount
-
-_CONSTRUCTOR_KEYS = (
-    "max_tokens", "summary_trigger", "target_usage", "protected_recent",
-    "summary_call_mode", "summary_fork_min_span_ratio", "token_counter",
-)
-_MOUNT_KEYS = (*_CONSTRUCTOR_KEYS, "rate_card", "cache_hit_fraction", "summary_model")
-
-
-def mount(config: Mapping[str, Any], *, provider: Provider) -> ContextManager:
-    """Build a `ContextManager` from a config mapping.
-
-    Configuration files and agent harnesses carry the context settings as plain keys;
-    this threads every one of them, both fork knobs included, into the manager, and
-    refuses keys it does not know rather than ignoring a typo.
-
-    Args:
-        config: ``max_tokens`` (required) and optionally ``summary_trigger``,
-            ``target_usage``, ``protected_recent``, ``summary_call_mode``,
-            ``summary_fork_min_span_ratio``, ``token_counter``, ``rate_card`` (a
-            `RateCard` or a mapping of its fields), ``cache_hit_fraction`` and
-            ``summary_model``.
-        provider: where summary calls go.
-
-    Returns:
-        The configured manager.
-
-    Raises:
-        InvalidArgument: ``config`` is not a mapping, misses ``max_tokens``, has an unknown
-            key, or holds a bad value (named).
-    """
-    if not isinstance(config, Mapping):
-        raise InvalidArgumentType(f"mount(config={config!r}): pass a mapping of context settings")
-    unknown = sorted(set(config) - set(_MOUNT_KEYS))
-    if unknown:
-        raise InvalidArgument(f"mount(config=...) has unknown keys {unknown}; known keys: {list(_MOUNT_KEYS)}")
-    if "max_tokens" not in config:
-        raise InvalidArgument("mount(config=...) needs 'max_tokens', the context budget in tokens")
-    kwargs = {k: config[k] for k in _CONSTRUCTOR_KEYS if k in config}
-    manager = ContextManager(provider, **kwargs)
-    if config.get("rate_card") is not None:
-        manager.rate_card = config["rate_card"]
-    if "cache_hit_fraction" in config:
-        manager.cache_hit_fraction = config["cache_hit_fraction"]
-    if config.get("summary_model") is not None:
-        model = config["summary_model"]
-        if not isinstance(model, str):
-            raise InvalidArgumentType(f"summary_model={model!r}: pass a model name as a str, or None")
-        manager.summary_model = model
-    return manager
