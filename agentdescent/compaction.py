@@ -23,8 +23,6 @@ from typing import Any
 
 from .errors import InvalidArgumentType
 from .forkrule import (
-    DEFAULT_FORK_MIN_SPAN_RATIO,
-    SUMMARY_CALL_MODES,
     canonical_mode,
     fork_verdict,
     min_span_ratio,
