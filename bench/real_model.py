@@ -54,7 +54,7 @@ ARTIFACT = "qa-skill"
 def load_tasks(path: Path) -> list[Task]:
     """One task per JSON line (``id``, ``question``, ``answer``, ``category``)."""
     tasks = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
         if line.strip():
             row = json.loads(line)
             tasks.append(Task(str(row.get("id", n)), row["question"],

@@ -49,7 +49,7 @@ PROMPT = "Route this support ticket to billing, tech or account:\n{ticket}"
 
 def read_tasks(path: Path, prefix: str) -> list[Task]:
     """One task per ``{"ticket": ..., "label": ...}`` line; the label is the task's answer."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
     return [Task(f"{prefix}{i:02d}", PROMPT.format(ticket=row["ticket"]), {"answer": row["label"]})
             for i, row in enumerate(rows)]
 
