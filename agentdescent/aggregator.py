@@ -645,9 +645,13 @@ class Aggregator:
         return report
 
     def _veto(self, prepared: Prepared) -> str | None:
-        """`AggregatorConfig.commit_veto` on the head and the candidate's state: a reason to refuse, or None."""
+        """`AggregatorConfig.commit_veto` on the head and the candidate's state: a reason to refuse, or None.
+
+        A single card's diff was checked on this very head in `_prepare`; only a fused
+        candidate (whose members may break a test together) is checked again here.
+        """
         veto = self.config.commit_veto
-        if veto is None:
+        if veto is None or not prepared.fused:
             return None
         reason = veto(prepared.head_state, prepared.candidate.apply(prepared.head_state))
         return None if reason is None else str(reason)

@@ -92,10 +92,10 @@ from .runviews import (
     cmd_report,
     cmd_show,
     cmd_status,
-    one_line,
     test_line,
     test_summary,
 )
+from .types import one_line
 
 __all__ = ["EXIT_INTERRUPTED", "SPEC_FORMAT", "UsageError", "main"]
 

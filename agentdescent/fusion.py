@@ -155,9 +155,10 @@ def fusable(cards: Sequence[EvidenceCard]) -> tuple[list[EvidenceCard], list[Evi
     """
     fitting: list[EvidenceCard] = []
     left_out: list[EvidenceCard] = []
+    union: Diff | None = None
     for card in cards:
-        try:
-            union_diff([c.diff for c in fitting] + [card.diff], card.diff.target)
+        try:  # the union so far, fused with one more: each card is merged once
+            union = card.diff if union is None else union_diff([union, card.diff], card.diff.target)
         except InvalidArgument:
             left_out.append(card)
             continue

@@ -32,7 +32,7 @@ from .rewards import FEEDBACK_LIMIT
 from .rundir import RunDir, load_tasks
 from .runspec import initial_state, is_tree, make_agent, make_strategy, proposal_mode, redact
 from .tokens import estimate_tokens
-from .types import Task
+from .types import Task, one_line
 
 __all__ = ["Probe", "Typical", "cmd_plan", "plan_numbers", "probe_call"]
 
@@ -310,11 +310,6 @@ def _share(x: float) -> str:
     return f"{x:.0%}"
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     """``agentdescent plan RUN_DIR [--rounds R] [--workers W] [--probe]``: print the plan; 1 if the probe call failed."""
     run = RunDir(args.run_dir)
@@ -329,7 +324,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             probe = probe_call(spec, tasks)
         except ProviderError as exc:
             where = f"; the key is read from ${spec.get('api_key_env')}" if isinstance(exc, ProviderAuthError) else ""
-            print(f"agentdescent plan: the probe call failed: {redact(_one_line(exc))}{where}", file=sys.stderr)
+            print(f"agentdescent plan: the probe call failed: {redact(one_line(exc, 300))}{where}", file=sys.stderr)
             return 1
     p = plan_numbers(spec, tasks, args.rounds, args.workers, probe=probe, test_tasks=test)
     e, m, t = p["expected"], p["max"], Typical()

@@ -37,7 +37,7 @@ from .errors import InvalidArgument, UsageError
 from .rundir import RunDir, atomic_write, check_output, is_inside, write_output, write_tasks
 from .runlock import hold
 from .runspec import make_strategy, tree_entry
-from .types import Task
+from .types import Task, one_line
 
 __all__ = ["DEFAULT_SUITE_TIMEOUT", "check_eval_flags", "check_flags", "copy_project", "eval_tree", "evolve_kwargs",
            "init_tree", "open_suite", "suite_line", "write_tree"]
@@ -71,11 +71,6 @@ def check_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"{', '.join(given)}: not with --tree; the project's tests are the tasks and the reward, "
                          "and its files the artifact (choose the files with --include/--exclude, the test command "
                          "with --test-cmd)")
-
-
-def _one_line(text: object, limit: int = _MESSAGE_CHARS) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --------------------------------------------------------------------------- init
@@ -124,7 +119,7 @@ def copy_project(source: Path, target: Path) -> tuple[int, int]:
     try:
         shutil.copytree(source, target, symlinks=True, ignore=ignore)
     except (OSError, shutil.Error) as exc:
-        raise UsageError(f"--tree {source}: cannot copy it into {target.parent} ({_one_line(exc, 300)})") from None
+        raise UsageError(f"--tree {source}: cannot copy it into {target.parent} ({one_line(exc, 300)})") from None
     return counts["files"], counts["left"]
 
 
@@ -132,7 +127,7 @@ def _refusal(exc: Exception, where: str, folder: Path, shown: Path) -> UsageErro
     """The suite's message in one line, naming ``shown`` (the user's folder) where it named ``folder``."""
     text = str(exc).replace(str(folder.resolve()), str(shown)).replace(str(folder), str(shown))
     text = text.replace("give tree=FileTree(include=...)", "give --include GLOB (the files the run may change)")
-    return UsageError(f"{where}: {_one_line(text)}")
+    return UsageError(f"{where}: {one_line(text, _MESSAGE_CHARS)}")
 
 
 def _plugins(args: argparse.Namespace) -> list[str] | None:
@@ -187,7 +182,7 @@ def init_tree(args: argparse.Namespace, run: RunDir, common: dict[str, Any]) -> 
     try:
         tree = FileTree(include=args.include or DEFAULT_INCLUDE, exclude=[*DEFAULT_EXCLUDE, *(args.exclude or ())])
     except InvalidArgument as exc:
-        raise UsageError(f"--include/--exclude: {_one_line(exc)}") from None
+        raise UsageError(f"--include/--exclude: {one_line(exc, _MESSAGE_CHARS)}") from None
     timeout = DEFAULT_SUITE_TIMEOUT if args.suite_timeout is None else args.suite_timeout
     spec = {**common, "tasks": "tasks.jsonl", "reward": "tests", "strategy": "tree", "proposal": "edit",
             "initial_text": None, "test_tasks": None, "stratify": args.stratify or "group",
@@ -318,7 +313,7 @@ def write_tree(out: Path, state: Mapping[str, str], tree: FileTree, run_dir: Pat
         try:
             written = tree.materialize(state, staging)
         except InvalidArgument as exc:
-            raise UsageError(f"-o {out}: {_one_line(exc)}") from None
+            raise UsageError(f"-o {out}: {one_line(exc, _MESSAGE_CHARS)}") from None
         for rel in written:
             with open(staging / rel, "rb+") as handle:
                 os.fsync(handle.fileno())

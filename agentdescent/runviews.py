@@ -46,8 +46,9 @@ from .runspec import (
 )
 from .runtree import check_eval_flags, eval_tree, write_tree
 from .testset import evaluate
+from .types import one_line
 
-__all__ = ["cmd_eval", "cmd_export", "cmd_report", "cmd_show", "cmd_status", "one_line", "test_line", "test_summary"]
+__all__ = ["cmd_eval", "cmd_export", "cmd_report", "cmd_show", "cmd_status", "test_line", "test_summary"]
 
 
 def test_summary(test: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -191,11 +192,6 @@ def _show_round(run: RunDir, index: int) -> int:
                                                      strategy.render(states[v]).splitlines(),
                                                      f"v{v - 1}", f"v{v}", lineterm="")))
     return 0
-
-
-def one_line(text: str, limit: int = 0) -> str:
-    text = " ".join(str(text).split())
-    return text if not limit or len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _version(run: RunDir, spec: dict[str, Any], version: int | None) -> tuple[int, dict[str, str], str, Any]:

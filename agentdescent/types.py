@@ -26,7 +26,9 @@ __all__ = [
     "MergeReport",
     "Task",
     "apply_ops",
+    "clip_middle",
     "number_spans",
+    "one_line",
     "sanitize_text",
     "stable_hash",
     "vv_staleness",
@@ -50,6 +52,20 @@ def number_spans(numbers: list[int], most: int | None = None) -> str:
     shown = spans if most is None else spans[:most]
     text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in shown) or "none"
     return text + (f", ... ({len(spans) - len(shown)} more spans)" if len(shown) < len(spans) else "")
+
+
+def one_line(text: object, limit: int = 0) -> str:
+    """``text`` on one line (white space collapsed), cut to ``limit`` characters with ``...`` (0: no limit)."""
+    flat = " ".join(str(text).split())
+    return flat if not limit or len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def clip_middle(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, its head and tail kept, a marker saying how much went."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[len(text) - (limit - head):]}"
 
 
 def sanitize_text(text: str) -> str:
@@ -240,14 +256,13 @@ class Diff:
                 raise InvalidArgumentType(
                     f"Diff {self.diff_id!r}: edits for {key!r}, which ops does not write; give edits "
                     "only for keys the diff writes")
-            try:
-                out[key] = tuple((s, r) for s, r in pairs)
-            except (TypeError, ValueError):
-                out[key] = ()
-            if not out[key] or not all(isinstance(s, str) and isinstance(r, str) for s, r in out[key]):
+            checked = tuple(tuple(p) for p in pairs if isinstance(p, (list, tuple))) if isinstance(pairs, (list, tuple)) else ()
+            if not checked or len(checked) != len(pairs) or not all(
+                    len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in checked):
                 raise InvalidArgumentType(
                     f"Diff {self.diff_id!r}: edits for {key!r} must be a non-empty list of (search, "
                     "replace) pairs of str")
+            out[key] = checked
         return out
 
     def size(self) -> int:

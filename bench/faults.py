@@ -13,7 +13,6 @@ error. Nothing leaves the machine.
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
 import time
@@ -25,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentdescent import LLMAgent, Task, async_evolve, evolve  # noqa: E402
 from agentdescent.providers import openai_compatible  # noqa: E402
+from bench._json import write_json  # noqa: E402
 from tests.llm_server import LLMServer, Reply, openai_body  # noqa: E402
 
 KEY = "sk-bench-faults-key"
@@ -95,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         sent = "-" if r["requests"] is None else r["requests"]
         print(f"| {r['what']} | {r['runtime']} | {sent} | {r['seconds']} | {r['stop_reason']} | {r['error'][:60]}… |")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    write_json(args.json, rows)
     return 0
 
 

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentdescent import SqliteLedger  # noqa: E402
 from agentdescent.progress import read_all_progress  # noqa: E402
+from bench._json import write_json  # noqa: E402
 
 CHILD = """
 import json, sys, time
@@ -86,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['rounds_spent']} / {r['rounds_recorded']} | {r['tokens_spent']:,} / {r['tokens_recorded']:,} | "
               f"{r['commits_recorded']} / {r['commits_in_ledger']} |")
     print(f"({time.monotonic() - started:.1f} s)", file=sys.stderr)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    write_json(args.json, rows)
     return 0
 
 

@@ -46,6 +46,7 @@ from agentdescent import Aggregator, AggregatorConfig, LLMAgent, Task, evolve  #
 from agentdescent.agents import REFUSAL_KINDS  # noqa: E402
 from agentdescent.providers import openai_compatible  # noqa: E402
 from agentdescent.types import MergeOutcome  # noqa: E402
+from bench._json import write_json  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "qa_small.jsonl"
 ARTIFACT = "qa-skill"
@@ -245,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  seed {seed}: {len(row['commits'])} commit(s), {len(row['refusals'])} refused, "
               f"noise {row['noise'].get('state')}, {row['calls']} calls, {row['seconds']}s", file=sys.stderr)
     print(render(rows, args))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    write_json(args.json, rows)
     return 0
 
 

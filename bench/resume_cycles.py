@@ -23,7 +23,6 @@ commits the progress records with the ledger's, and any orphan commit adopted
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentdescent import SqliteLedger  # noqa: E402
 from agentdescent.progress import read_progress  # noqa: E402
+from bench._json import write_json  # noqa: E402
 
 CHILD = """
 import sys
@@ -152,9 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in ([] if args.between_commit_and_save else rows):
         print(f"| {r['seed']} | {r['kills']} | {r['rounds'][0]} / {r['rounds'][1]} | {'yes' if r['identical_rewards'] else 'NO'} | "
               f"{r['rewards_uninterrupted'][-1]:.3f} / {r['rewards_resumed'][-1]:.3f} | {r['tokens'][1] / r['tokens'][0]:.3f} |")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    write_json(args.json, rows)
     return 0
 
 

@@ -30,8 +30,6 @@ sync runs with ``max_concurrency=4``). Nothing leaves the machine.
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import sys
 import threading
 import time
@@ -41,9 +39,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentdescent import LLMAgent, Task, async_evolve, evolve  # noqa: E402
+from agentdescent import LLMAgent, async_evolve, evolve  # noqa: E402
 from agentdescent.providers import openai_compatible  # noqa: E402
+from bench._json import write_json  # noqa: E402
 from tests.llm_server import LLMServer, Reply, openai_body  # noqa: E402
+from tests.sum_workload import CONTEXT, RULE, SUM, reward, tasks  # noqa: E402
 
 KEY = "sk-bench-run-is-over"
 N_WORKERS = 4
@@ -51,25 +51,6 @@ BUDGET = 3000
 #: Calls of a run that can be in flight at once: each worker's, and the merge's held-out
 #: evaluation on a pool of as many threads (sync: ``max_concurrency`` of them, here 4).
 MAX_IN_FLIGHT = 2 * N_WORKERS
-RULE = "Always add the two numbers and reply with the sum."
-SUM = re.compile(r"What is (\d+) \+ (\d+)\?")
-
-
-#: A paragraph of context in front of each sum of the budget scenario, so that a solve call
-#: (and with it the held-out evaluation, most of a sweep's spend) weighs what it does with
-#: a real prompt: about 100 tokens.
-CONTEXT = " ".join(["Context: the numbers below are whole numbers written in base ten."] * 6)
-
-
-def tasks(context: str = "") -> list[Task]:
-    """40 sums, ``What is i + i?`` (after ``context``), answer ``2i``."""
-    lead = f"{context}\n" if context else ""
-    return [Task(f"q{i:02d}", f"{lead}What is {i} + {i}?", {"answer": str(2 * i)}) for i in range(40)]
-
-
-def reward(task: Task, output: str) -> float:
-    """1.0 when the answer is in the reply."""
-    return 1.0 if task.meta["answer"] in output else 0.0
 
 
 class Model:
@@ -226,9 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['scenario']} | {r['runtime']} | {r['seed']} | {cell('requests_after_return')} "
               f"| {cell('held_at_return')} | {cell('stragglers')} | {cell('overshoot_ratio')} "
               f"| {cell('over_in_largest_calls')} | {within} | {r['stop_reason']} |")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    write_json(args.json, rows)
     return 0
 
 

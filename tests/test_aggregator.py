@@ -1589,7 +1589,8 @@ def test_commit_veto_refuses_a_card_before_fusion_and_a_union_before_its_commit(
     assert report.outcome is MergeOutcome.COMMITTED and not report.fused  # kb never joined the union
     assert report.accepted is not None and report.accepted.ops == {"ka": GOOD_A}
     assert agg.counters["card_vetoes"] == 1
-    assert asked[-1] == ({}, {"ka": GOOD_A})  # the accepted candidate, checked before its commit
+    # each card checked once, on this head; the unfused candidate (ka's own diff) is not asked again
+    assert asked == [({}, {"ka": GOOD_A}), ({}, {"kb": GOOD_B})]
 
     _, agg, _, _ = make(config=table_config(commit_veto=lambda head, cand: "no" if "ka" in cand and "kb" in cand
                                             else None))

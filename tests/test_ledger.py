@@ -39,6 +39,8 @@ from agentdescent.ledger import (
 from agentdescent.ledger.integrity import version_digest
 from agentdescent.testing import LedgerConformance
 
+from .ledger_files import damage as _damage
+
 SPAWN = multiprocessing.get_context("spawn")
 JOIN_TIMEOUT = 60.0
 
@@ -431,18 +433,6 @@ def test_a_database_with_another_schema_marker_raises_ledger_error(tmp_path):
     raw.close()
     with pytest.raises(LedgerError, match="agentdescent-ledger/99"):
         SqliteLedger(path)
-
-
-def _damage(path: Path, *statements: tuple[str, tuple]) -> bytes:
-    """Edit a closed ledger file behind agentdescent's back; return its bytes afterwards."""
-    raw = sqlite3.connect(path)
-    try:
-        for sql, params in statements:
-            raw.execute(sql, params)
-        raw.commit()
-    finally:
-        raw.close()
-    return path.read_bytes()
 
 
 def _set_state(artifact_id: str, version: int, text: str) -> tuple[str, tuple]:

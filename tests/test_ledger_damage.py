@@ -10,6 +10,7 @@ table in docs/failures.md.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -42,6 +43,8 @@ from agentdescent.ledger import SCHEMA, SCHEMA_VERSION
 from agentdescent.ledger.integrity import version_digest
 from agentdescent.progress import read_progress
 
+from .ledger_files import damage
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- helpers
@@ -54,18 +57,6 @@ def build(path: Path, heads: dict[str, int]) -> None:
             led.register(aid, {"n": "1"}, 0.2)
             for base in range(1, head):
                 led.commit(aid, {"n": str(base + 1)}, base, meta={"diff_id": f"d{base}"})
-
-
-def damage(path: Path, *statements: tuple[str, tuple]) -> bytes:
-    """Edit a closed ledger file behind agentdescent's back; return its bytes afterwards."""
-    raw = sqlite3.connect(path)
-    try:
-        for sql, params in statements:
-            raw.execute(sql, params)
-        raw.commit()
-    finally:
-        raw.close()
-    return path.read_bytes()
 
 
 def delete_version(aid: str, version: int) -> tuple[str, tuple]:
@@ -314,25 +305,21 @@ def test_a_file_of_a_newer_schema_says_so_and_which_version_is_needed(tmp_path):
 
 # --------------------------------------------------------------------------- schema 1 files
 
-# The tables exactly as the schema-1 ledger wrote them.
-SCHEMA_1 = (
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE artifacts (artifact_id TEXT PRIMARY KEY, blast_radius REAL NOT NULL,"
-    " created_at REAL NOT NULL)",
-    "CREATE TABLE versions (artifact_id TEXT NOT NULL REFERENCES artifacts(artifact_id),"
-    " version INTEGER NOT NULL, state_json TEXT NOT NULL, meta_json TEXT NOT NULL,"
-    " created_at REAL NOT NULL, PRIMARY KEY (artifact_id, version))",
-    "CREATE TABLE run_state (run_id TEXT PRIMARY KEY, state_json TEXT NOT NULL, updated_at REAL NOT NULL)",
-    "CREATE TABLE run_rounds (run_id TEXT NOT NULL, idx INTEGER NOT NULL, round_json TEXT NOT NULL,"
-    " PRIMARY KEY (run_id, idx))",
-)
+@functools.cache
+def _bench():
+    """bench/ledger_damage.py, loaded once: its probe, and the schema-1 tables it writes files with."""
+    spec = importlib.util.spec_from_file_location("ledger_damage", ROOT / "bench" / "ledger_damage.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
 
 
 def schema_1_file(path: Path, heads: dict[str, int]) -> dict[str, list[tuple[dict, dict]]]:
     """A schema-1 ledger written by hand; returns artifact -> [(state, meta)] per version."""
     raw = sqlite3.connect(path)
     raw.execute("PRAGMA journal_mode = WAL")
-    for statement in SCHEMA_1:
+    for statement in _bench().SCHEMA_1:  # the tables exactly as the schema-1 ledger wrote them
         raw.execute(statement)
     raw.execute("INSERT INTO meta VALUES ('schema', 'agentdescent-ledger/1')")
     written = {}
@@ -502,10 +489,7 @@ def test_the_named_errors_sit_in_the_tree():
 
 def test_the_damage_table_in_the_docs_is_what_the_probe_prints():
     """bench/ledger_damage.py checks every claim as it runs; the page must show its output."""
-    spec = importlib.util.spec_from_file_location("ledger_damage", ROOT / "bench" / "ledger_damage.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench()
     rows = bench.probe()
     assert len(rows) == len(bench.CASES)
     page = (ROOT / "docs" / "failures.md").read_text(encoding="utf-8")

@@ -14,13 +14,14 @@ import os
 import shlex
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..errors import InvalidArgument, InvalidArgumentType
 from ..validation import check_real
 from .cache import RunCache
 from .project import ProjectCopy
-from .sandbox import Sandbox, SandboxRun
+from .sandbox import Sandbox
 from .tree import FileTree
 
 __all__ = ["SandboxedReward", "split_command"]
@@ -64,13 +65,27 @@ class SandboxedReward(Generic[T]):
             raise InvalidArgumentType(f"{owner}(tree={tree!r:.80}): give an agentdescent.code.FileTree")
         self.tree = tree if tree is not None else FileTree()
         self.project = ProjectCopy(directory, self.tree, owner)
-        self.directory, self.initial, self.skipped = self.project.directory, self.project.initial, self.project.skipped
         self._cache: RunCache[T] = RunCache(cache_size)
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(counts, 0)
         self._seconds = 0.0
 
-    def _count(self, run: SandboxRun, seconds: float, **flags: bool) -> None:
+    @property
+    def directory(self) -> Path:
+        """The project folder, resolved."""
+        return self.project.directory
+
+    @property
+    def initial(self) -> dict[str, str]:
+        """The tree's state as the project folder holds it (the starting state)."""
+        return self.project.initial
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Files the tree matched but left out, with why (`FileTree.scan`)."""
+        return self.project.skipped
+
+    def _count(self, seconds: float, **flags: bool) -> None:
         """Count one run: its seconds, and each of ``flags`` that is true."""
         with self._lock:
             self._seconds += seconds

@@ -111,7 +111,7 @@ class CommandReward(SandboxedReward[tuple[str, SandboxRun]]):
         argv = [p.replace("{task}", task.id) for p in self.command] if self.per_task else list(self.command)
         run = self.sandbox.run(argv, tree=state, base=self.project.base)
         found = read_score(run.stdout) if run.ok else None
-        self._count(run, run.seconds, runs=True, timeouts=run.timed_out, failures=found is None)
+        self._count(run.seconds, runs=True, timeouts=run.timed_out, failures=found is None)
         if found is not None:
             value, feedback = found
             return f"{_SCORE} {value!r}" + (f"\n{feedback}" if feedback else ""), run

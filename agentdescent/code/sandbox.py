@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from ..errors import InvalidArgument, InvalidArgumentType, SandboxUnavailable
+from ..types import clip_middle
 from ..validation import check_bool, check_int, check_real, check_seconds
 
 __all__ = ["Sandbox", "SandboxRun"]
@@ -465,14 +466,6 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, head and tail kept, a marker saying how much went."""
-    if len(text) <= limit:
-        return text
-    head = limit // 2
-    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[len(text) - (limit - head):]}"
-
-
 def _clip_file(handle: BinaryIO, limit: int) -> str:
     """A command's output file, decoded with errors replaced and cut to ``limit`` characters.
 
@@ -482,7 +475,7 @@ def _clip_file(handle: BinaryIO, limit: int) -> str:
         size = os.fstat(handle.fileno()).st_size
         handle.seek(0)
         if size <= _EXACT_OUTPUT_BYTES:
-            return _clip(handle.read().decode("utf-8", errors="replace"), limit)
+            return clip_middle(handle.read().decode("utf-8", errors="replace"), limit)
         head = handle.read(4 * limit).decode("utf-8", errors="replace")[: limit // 2]
         handle.seek(size - 4 * limit)
         tail = handle.read().decode("utf-8", errors="replace")

@@ -31,7 +31,7 @@ from typing import Any
 from ..aggregator_config import AggregatorConfig
 from ..errors import InvalidArgument, InvalidArgumentType
 from ..rewards import Score
-from ..types import Task
+from ..types import Task, clip_middle
 from .base import SandboxedReward, split_command
 from .cache import state_hash
 from .sandbox import Sandbox, SandboxRun
@@ -99,11 +99,7 @@ class SuiteRun:
 
 
 def _cut(text: str, limit: int = MAX_FEEDBACK_CHARS) -> str:
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+    return clip_middle(text.strip(), limit)
 
 
 def _junit_key(node: str) -> tuple[str, str]:
@@ -223,7 +219,7 @@ class TestSuite(SandboxedReward[SuiteRun]):
         run = self._sandbox_run(list(self.command), state, read_back=(JUNIT_PATH,))
         outcomes = self._outcomes(run)
         seconds = time.monotonic() - started
-        self._count(run, seconds, suite_runs=True, timeouts=run.timed_out,
+        self._count(seconds, suite_runs=True, timeouts=run.timed_out,
                     crashes=not run.timed_out and JUNIT_PATH not in run.files)
         return SuiteRun(outcomes, run, round(seconds, 3))
 

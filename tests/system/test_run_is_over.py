@@ -9,7 +9,6 @@ longest backoff (or past the provider's timeout) and counts what arrived.
 from __future__ import annotations
 
 import random
-import re
 import threading
 import time
 from typing import Any
@@ -24,26 +23,13 @@ from agentdescent.providers import openai_compatible
 from agentdescent.testing import ManualClock
 
 from ..llm_server import LLMServer, Reply, openai_body
+from ..sum_workload import CONTEXT, RULE, SUM, reward, tasks
 
 pytest.importorskip("openai")
 
 KEY = "sk-loopback-run-is-over-0123"
 N_WORKERS = 4
 MAX_BACKOFF = 0.2
-RULE = "Always add the two numbers and reply with the sum."
-SUM = re.compile(r"What is (\d+) \+ (\d+)\?")
-#: A paragraph in front of each sum of the budget test: a solve call is about 100 tokens,
-#: so the held-out evaluation weighs in a sweep what it does with a real prompt.
-CONTEXT = " ".join(["Context: the numbers below are whole numbers written in base ten."] * 6)
-
-
-def tasks(context: str = "") -> list[Task]:
-    lead = f"{context}\n" if context else ""
-    return [Task(f"q{i:02d}", f"{lead}What is {i} + {i}?", {"answer": str(2 * i)}) for i in range(40)]
-
-
-def reward(task: Task, output: str) -> float:
-    return 1.0 if task.meta["answer"] in output else 0.0
 
 
 def answer(body: dict[str, Any]) -> tuple[str, int]:
