@@ -106,8 +106,9 @@ class AggregatorConfig:
             suite refusing a patch that breaks any test the head passes, held out or not
             (`agentdescent.code.TestSuite.veto`). It is called on the merging thread: on
             each card's diff before conflicts and fusion (a refused card never joins a
-            union; counted in ``card_vetoes``), and on the accepted candidate before its
-            commit. It must not commit anything.
+            union; counted in ``card_vetoes``), and on an accepted fused candidate before
+            its commit (its members may break a test together; a single card's diff was
+            already checked on the same head). It must not commit anything.
     """
 
     false_accept_rate: float = 0.05
