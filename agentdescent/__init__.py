@@ -6,24 +6,29 @@ compare-and-swap commit); a budget governor decides which candidates still get
 expensive evaluation as tokens run out.
 """
 
+import importlib
 import logging
+import sys
 
 from ._version import VERSION
-from .agents import LLMAgent
-from .aggregator import Aggregator, AggregatorConfig, Evaluator
-from .allocator import (
+from .agents.llm import LLMAgent
+from .budget.allocator import (
     AllocateDecision,
     AllocatorContext,
     AllocatorPolicy,
     LearningValueModel,
     ValueBudgetAllocator,
 )
-from .async_evolve import async_evolve
-from .budget import BudgetGovernor
+from .budget.governor import BudgetGovernor
+from .budget.pricing import RateCard, fork_break_even
 from .clock import Clock, MonotonicClock
-from .compaction import ContextManager
-from .config import Limits, Retry, RunConfig, Schedule, Split
-from .dataloader import hf_rows, hf_rows_modelscope
+from .context.compaction import ContextManager
+from .context.forkrule import DEFAULT_FORK_MIN_SPAN_RATIO
+from .data.loader import hf_rows, hf_rows_modelscope
+from .engine.config import Limits, Retry, RunConfig, Schedule, Split
+from .engine.entry import async_evolve, evolve
+from .engine.result import AsyncStats, EvolutionResult, RoundInfo
+from .engine.testset import evaluate
 from .errors import (
     AgentDescentError,
     BackendFailure,
@@ -56,17 +61,10 @@ from .errors import (
     SandboxUnavailable,
     UsageError,
 )
-from .evolution import evolve
-from .forkrule import DEFAULT_FORK_MIN_SPAN_RATIO
-from .governance import FAST_MAX, Layer, classify
-from .judge import judge
 from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger
-from .model import Agent, Completion, Provider
-from .pricing import RateCard, fork_break_even
-from .providers import from_callable, openai_compatible
-from .result import AsyncStats, EvolutionResult, RoundInfo
-from .rewards import Score
-from .staleness import (
+from .merge.aggregator import Aggregator, AggregatorConfig, Evaluator
+from .merge.governance import FAST_MAX, Layer, classify
+from .merge.staleness import (
     FullStaleness,
     GuardedStaleness,
     ReflectiveStaleness,
@@ -74,8 +72,11 @@ from .staleness import (
     StalenessPolicy,
     get_policy,
 )
-from .strategies import AppendRules, KeyedRules, SingleSlot, Strategy
-from .testset import evaluate
+from .merge.strategies import AppendRules, KeyedRules, SingleSlot, Strategy
+from .model import Agent, Completion, Provider
+from .providers import from_callable, openai_compatible
+from .rewards.builtin import Score
+from .rewards.judge import judge
 from .tokens import TokenCounter
 from .types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, stable_hash, vv_staleness
 from .usage import Usage, usage_phase
@@ -85,6 +86,27 @@ __version__ = VERSION
 # A library never prints unless asked: records go nowhere until the application
 # configures logging.
 logging.getLogger("agentdescent").addHandler(logging.NullHandler())
+
+#: The module names SPEC.md gives, for modules that now live in a layer's subpackage:
+#: ``import agentdescent.staleness`` and ``from agentdescent.aggregator import ...`` keep
+#: working and give the module itself (not a copy). The package's own code imports the
+#: new paths.
+SPEC_MODULES = {
+    "aggregator": "merge.aggregator",
+    "allocator": "budget.allocator",
+    "async_evolve": "engine.entry",
+    "dataloader": "data.loader",
+    "evolution": "engine.entry",
+    "governance": "merge.governance",
+    "staleness": "merge.staleness",
+    "strategies": "merge.strategies",
+}
+for _name, _home in SPEC_MODULES.items():
+    _module = importlib.import_module(f".{_home}", __name__)
+    sys.modules[f"{__name__}.{_name}"] = _module
+    # ``agentdescent.async_evolve`` stays the function (SPEC §7); the rest name the module.
+    globals().setdefault(_name, _module)
+del _name, _home, _module
 
 __all__ = [
     "DEFAULT_FORK_MIN_SPAN_RATIO",

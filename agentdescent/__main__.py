@@ -1,5 +1,5 @@
-"""``python -m agentdescent``: the command line (see `agentdescent.cli`)."""
+"""``python -m agentdescent``: the command line (see `agentdescent.cli.main`)."""
 
-from .cli import main
+from .cli.main import main
 
 raise SystemExit(main())

@@ -183,7 +183,7 @@ def wait_futures(clock: Clock, futures: Collection[concurrent.futures.Future[Any
 class StopSignal:
     """A call's stop: set once, when the run it works for no longer wants it; never cleared.
 
-    Who sets it: the run's call runner (`agentdescent.executors.CallRunner`), when the run
+    Who sets it: the run's call runner (`agentdescent.engine.executors.CallRunner`), when the run
     ends (the scheduler returned; the call's result would be dropped) and for every call
     still running when the engine returns. Who reads it: the retry loops, before each
     attempt and through each backoff wait (`sleep`), so a cancelled call makes no new

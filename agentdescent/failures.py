@@ -13,7 +13,7 @@ This module owns two decisions and nothing else:
   (``Retry-After`` when the server said, else exponential, capped, optionally jittered).
 
 It keeps no state and reads no clock: the run's call runner
-(`agentdescent.executors.CallRunner`) counts failures in a row and applies these rules,
+(`agentdescent.engine.executors.CallRunner`) counts failures in a row and applies these rules,
 the providers and the dataloader wait through their clock.
 """
 

@@ -50,7 +50,7 @@ class Completion:
 class Provider(Seam):
     """The one primitive seam to a language model.
 
-    Who calls it: the agents (`agentdescent.agents.LLMAgent`), the compactor's summarizer
+    Who calls it: the agents (`agentdescent.agents.llm.LLMAgent`), the compactor's summarizer
     and the judge reward, from any worker thread, possibly at once: implementations must
     be thread-safe. ``complete`` is required; ``usage`` is optional (default None).
 

@@ -1,7 +1,7 @@
 """How a seam accepts an implementation: subclass its base class, or bring any object with its required members.
 
-Every seam of the package (`agentdescent.allocator.AllocatorPolicy`,
-`agentdescent.aggregator.Evaluator`, `agentdescent.model.Provider`, the ledger, the
+Every seam of the package (`agentdescent.budget.allocator.AllocatorPolicy`,
+`agentdescent.merge.aggregator.Evaluator`, `agentdescent.model.Provider`, the ledger, the
 clock...) is a small base class: its **required** members are
 named in one tuple (``REQUIRED``), its **optional** ones (``OPTIONAL``) are declared on
 the class with a default. A subclass inherits the defaults. A duck-typed object (one that

@@ -6,7 +6,7 @@ replaced there; an empty search stands for "the whole of an empty text" (a new f
 list of edits applies in order, each on the result of the ones before. `apply_edits` is
 the one place that rule lives: the code strategy (`agentdescent.code.FileTree`) builds
 diffs with it, `agentdescent.types.Diff.apply` rebases an edited write onto a newer value
-with it, and `agentdescent.fusion` asks `merge_writes` whether two edits of one value
+with it, and `agentdescent.merge.fusion` asks `merge_writes` whether two edits of one value
 are disjoint (each applies on the other's result, and both orders give the same text).
 
 Pure text processing: it must not import anything from the package but its errors, read

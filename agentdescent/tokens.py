@@ -53,7 +53,7 @@ def estimate_tokens(text: str) -> int:
 class TokenCounter(Seam):
     """How many tokens a text or a message costs: the seam behind every context budget.
 
-    Called by `agentdescent.compaction.ContextManager` (and
+    Called by `agentdescent.context.compaction.ContextManager` (and
     `agentdescent.testing.CachingProviderSim`) from the thread that owns the
     conversation. Implementations must be deterministic (the same input always gives the
     same count) and must never touch the network. Both members are required.

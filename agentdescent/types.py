@@ -344,7 +344,7 @@ class EvidenceCard:
             (its self-verify and its held-out evaluation); a candidate none of whose cards
             is allocated is not evaluated, so not committed. Always True without a budget.
         feedback: what the reward said about the prompting rollout (a
-            `agentdescent.rewards.Score`'s feedback; '' for a float reward): it reached the
+            `agentdescent.rewards.builtin.Score`'s feedback; '' for a float reward): it reached the
             proposal request, and a commit's metadata keeps it.
     """
 

@@ -5,9 +5,9 @@ shipped with the repository (default bench/data/ab_qa.jsonl: 60 short arithmetic
 capital, counting, symbol and colour questions), twice per seed:
 
 - ``float``: the reward is whole-word containment of the expected answer
-  (`agentdescent.rewards.contains_answer`) reduced to a plain float, so the proposal
+  (`agentdescent.rewards.builtin.contains_answer`) reduced to a plain float, so the proposal
   request carries no feedback (the prompt of a float reward);
-- ``feedback``: the same reward returned as a `agentdescent.rewards.Score`, whose
+- ``feedback``: the same reward returned as a `agentdescent.rewards.builtin.Score`, whose
   feedback names the expected answer and what came back; it reaches the proposal
   request (``Feedback on the answer: ...``).
 
@@ -52,9 +52,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agentdescent import LLMAgent, Task, evolve  # noqa: E402
-from agentdescent.agents import REFUSAL_KINDS  # noqa: E402
+from agentdescent.agents.llm import REFUSAL_KINDS  # noqa: E402
 from agentdescent.providers import openai_compatible  # noqa: E402
-from agentdescent.rewards import contains_answer  # noqa: E402
+from agentdescent.rewards.builtin import contains_answer  # noqa: E402
 from agentdescent.types import MergeOutcome  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "ab_qa.jsonl"

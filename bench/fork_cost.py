@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentdescent import stable_hash
-from agentdescent.context import (
+from agentdescent.context.mount import (
     DEFAULT_FORK_MIN_SPAN_RATIO,
     MEASURED_RATE_CARD,
     ContextManager,

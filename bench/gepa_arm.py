@@ -6,7 +6,7 @@ kept if its sum strictly improves; every kept child is then scored on the whole 
 set (Pareto selection). Here it runs on **the same workload** as the library's arms:
 
 - the same tasks and the same split: the run tasks split by the library's own
-  `agentdescent.config.Split` on the seed (train -> GEPA's trainset, held-out -> its valset);
+  `agentdescent.engine.config.Split` on the seed (train -> GEPA's trainset, held-out -> its valset);
 - the same agent and reward (`agentdescent.domains.router.RouterDomain.run` / ``reward``),
   wrapped in a GEPA adapter whose ``evaluate`` calls them task by task;
 - **the same proposer** (``custom_candidate_proposer``): for each failed example of the
@@ -35,7 +35,7 @@ from typing import Any
 
 from sample_efficiency import TARGET, WORKLOADS
 
-from agentdescent.config import Split
+from agentdescent.engine.config import Split
 
 __all__ = ["GEPA_BUDGET", "render_gepa", "run_gepa_arm", "run_gepa_one"]
 

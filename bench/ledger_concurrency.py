@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentdescent import SqliteLedger  # noqa: E402
-from agentdescent.progress import read_all_progress  # noqa: E402
+from agentdescent.engine.progress import read_all_progress  # noqa: E402
 from bench._json import write_json  # noqa: E402
 
 CHILD = """

@@ -13,7 +13,7 @@ step, the spread (min-max) of those means, and each row's ratio to the MemoryLed
 the same batch size. The evaluator is a table and declares itself deterministic
 (``AggregatorConfig(rescore="deterministic")``), so the paired test accepts each step's
 small graded gain once its coverage is scored, and every step commits (the ``commits``
-column shows it). The acceptance test's own arithmetic (`agentdescent.acceptance.PairedTest`
+column shows it). The acceptance test's own arithmetic (`agentdescent.merge.acceptance.PairedTest`
 over every held-out task, fed and asked once per batch) is timed alone too.
 
 Run from the repository root::
@@ -36,9 +36,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agentdescent import Diff, EvidenceCard, MergeOutcome
-from agentdescent.acceptance import PairedTest
-from agentdescent.aggregator import Aggregator, AggregatorConfig, Evaluator
 from agentdescent.ledger import MemoryLedger, SqliteLedger
+from agentdescent.merge.acceptance import PairedTest
+from agentdescent.merge.aggregator import Aggregator, AggregatorConfig, Evaluator
 
 ARTIFACT = "skill"
 HELD_OUT_TASKS = 200

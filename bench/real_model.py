@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agentdescent import Aggregator, AggregatorConfig, LLMAgent, Task, evolve  # noqa: E402
-from agentdescent.agents import REFUSAL_KINDS  # noqa: E402
+from agentdescent.agents.llm import REFUSAL_KINDS  # noqa: E402
 from agentdescent.providers import openai_compatible  # noqa: E402
 from agentdescent.types import MergeOutcome  # noqa: E402
 from bench._json import write_json  # noqa: E402

@@ -15,7 +15,7 @@ that committed, before that round's progress is saved, ``--kills`` times per see
 commit and the save land together (`agentdescent.ledger.Ledger.atomic`), so the kill
 leaves neither and the resumed run replays the round; the table compares the rounds, the
 commits the progress records with the ledger's, and any orphan commit adopted
-(`agentdescent.progress.read_progress`: none, unless a ledger groups nothing).
+(`agentdescent.engine.progress.read_progress`: none, unless a ledger groups nothing).
 
     python bench/resume_cycles.py --rounds 15 --seeds 0,1,2 --between-commit-and-save --json /tmp/resume_between.json
 """
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentdescent import SqliteLedger  # noqa: E402
-from agentdescent.progress import read_progress  # noqa: E402
+from agentdescent.engine.progress import read_progress  # noqa: E402
 from bench._json import write_json  # noqa: E402
 
 CHILD = """
@@ -47,7 +47,7 @@ from agentdescent.domains.router import RouterDomain
 done = {done}
 if {hook}:
     import os, signal
-    from agentdescent.progress import ProgressStore
+    from agentdescent.engine.progress import ProgressStore
     save = ProgressStore.save
     def dying_save(self, state, history):  # die after a committed round (not the first) of this process, before its save
         if len(history) > done + 1 and history[-1].committed:

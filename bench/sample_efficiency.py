@@ -84,9 +84,9 @@ from agentdescent import (  # noqa: E402
     async_evolve,
     evolve,
 )
-from agentdescent.acceptance import PairedTest  # noqa: E402
 from agentdescent.domains.router import KEYWORDS, RouterDomain, make_tasks, parse_rules  # noqa: E402
 from agentdescent.domains.valuesim import ValueSim  # noqa: E402
+from agentdescent.merge.acceptance import PairedTest  # noqa: E402
 
 __all__ = ["ARMS", "WORKLOADS", "Instance", "RunRow", "main", "run_bench", "run_one", "summarize"]
 

@@ -7,7 +7,7 @@ Run from the repository root (``-m``), or as a file from any directory
     python -m examples.run_async --seed 1
     python -m examples.run_async --stop-at-target     # forced refreshes before convergence only
 
-Eight workers evolve the router skill with :func:`agentdescent.async_evolve`: no round
+Eight workers evolve the router skill with :func:`agentdescent.engine.entry`: no round
 barrier, one merger that owns every write. Every run has the same rollout budget
 (``max_iters``, ``--budget``; ``--max-seconds`` is only a safety stop), so final rewards
 compare at equal spend. Three tables:

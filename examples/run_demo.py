@@ -2,7 +2,7 @@
 
 Run from the repository root (``-m``), or as a file from any directory
 (``python path/to/examples/run_demo.py``); installed, ``agentdescent demo`` runs the same
-code (`agentdescent.demo`)::
+code (`agentdescent.cli.demo`)::
 
     python -m examples.run_demo                 # temporary SQLite ledger
     python -m examples.run_demo --ledger run.db # keep the ledger; run again to resume
@@ -24,7 +24,7 @@ if __package__ in (None, ""):
     # root first on the path, so `agentdescent` imports without an install.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentdescent.demo import main
+from agentdescent.cli.demo import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -39,7 +39,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentdescent import LLMAgent, Task, evolve
-from agentdescent.agents import REFUSAL_KINDS
+from agentdescent.agents.llm import REFUSAL_KINDS
 from agentdescent.testing import FakeProvider
 
 #: (category, question, gold answer)

@@ -11,7 +11,7 @@ The tasks are the tutorial's: 16 tickets to route to billing, tech or account
 (examples/data/tickets.jsonl), and 12 more as the test set
 (examples/data/tickets_test.jsonl), which no decision of the run sees; both heads, the
 starting one and the final one, are scored on it, with a 95 % interval on the
-difference. The reward is `agentdescent.rewards.normalized_match`: 1.0 when the reply
+difference. The reward is `agentdescent.rewards.builtin.normalized_match`: 1.0 when the reply
 is the right label alone (case and punctuation ignored; a sentence around it scores 0),
 with feedback that says what was expected and what came back, which reaches every
 proposal request (``--no-feedback`` reduces it to a plain
@@ -38,9 +38,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentdescent import LLMAgent, Task, evolve
-from agentdescent.agents import REFUSAL_KINDS
-from agentdescent.explain import likely_cause, round_record
-from agentdescent.rewards import normalized_match
+from agentdescent.agents.llm import REFUSAL_KINDS
+from agentdescent.cli.explain import likely_cause, round_record
+from agentdescent.rewards.builtin import normalized_match
 from agentdescent.testing import FakeProvider
 
 DATA = Path(__file__).resolve().parent / "data"

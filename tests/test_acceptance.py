@@ -1,4 +1,4 @@
-"""The paired sequential acceptance test (`agentdescent.acceptance`).
+"""The paired sequential acceptance test (`agentdescent.merge.acceptance`).
 
 Unit tests of `PairedTest` (the e-value arithmetic, the regression guard, exact
 curtailment, the deterministic shortcut, the junk case) and of `evaluation_order`, then
@@ -18,8 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentdescent.acceptance import DEFAULT_BETS, AcceptanceDecision, PairedTest, evaluation_order
 from agentdescent.errors import InvalidArgument
+from agentdescent.merge.acceptance import (
+    DEFAULT_BETS,
+    AcceptanceDecision,
+    PairedTest,
+    evaluation_order,
+)
 
 scores01 = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 

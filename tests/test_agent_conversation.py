@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentdescent import LLMAgent, evolve
-from agentdescent.agents import current_worker, worker_scope
+from agentdescent.agents.llm import current_worker, worker_scope
 from agentdescent.testing import FakeProvider
 from examples import skill_evolution
 

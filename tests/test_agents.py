@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from agentdescent import Task
-from agentdescent.agents import (
+from agentdescent.agents.llm import (
     DEFAULT_PROPOSE_TEMPLATE,
     REFUSAL_KINDS,
     Agent,

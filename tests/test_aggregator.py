@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import agentdescent.aggregator as aggregator_module
+import agentdescent.merge.aggregator as aggregator_module
 from agentdescent import (
     Diff,
     EvidenceCard,
@@ -35,9 +35,9 @@ from agentdescent import (
     Task,
     get_policy,
 )
-from agentdescent.aggregator import Aggregator, AggregatorConfig, Evaluator
-from agentdescent.allocator import AllocateDecision, AllocatorContext, AllocatorPolicy
+from agentdescent.budget.allocator import AllocateDecision, AllocatorContext, AllocatorPolicy
 from agentdescent.ledger import MemoryLedger, SqliteLedger
+from agentdescent.merge.aggregator import Aggregator, AggregatorConfig, Evaluator
 
 HELD_OUT = [f"h{i}" for i in range(10)]
 CHEAP = [f"c{i}" for i in range(4)]

@@ -16,7 +16,7 @@ from agentdescent import (
     LearningValueModel,
     ValueBudgetAllocator,
 )
-from agentdescent.allocator import pre_spend_context
+from agentdescent.budget.allocator import pre_spend_context
 from agentdescent.types import Diff, EvidenceCard
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agentdescent import EditRefused
 from agentdescent.code import FileTree, parse_edits
-from agentdescent.fusion import contradicts, union_diff
+from agentdescent.merge.fusion import contradicts, union_diff
 from agentdescent.textedits import apply_edits, merge_writes
 from agentdescent.types import Diff
 

@@ -34,11 +34,11 @@ from agentdescent import (
     Usage,
     ValueBudgetAllocator,
 )
+from agentdescent.budget.pricing import MEASURED_RATE_CARD
 from agentdescent.clock import MonotonicClock
-from agentdescent.counters import Counters
-from agentdescent.evaluation import RolloutEvaluator
-from agentdescent.executors import CallRunner, DaemonPool
-from agentdescent.pricing import MEASURED_RATE_CARD
+from agentdescent.engine.counters import Counters
+from agentdescent.engine.evaluation import RolloutEvaluator
+from agentdescent.engine.executors import CallRunner, DaemonPool
 from agentdescent.providers import from_callable
 from agentdescent.testing import (
     AllocatorConformance,

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from agentdescent import ContractError, tokens
 from agentdescent import context as ctx
-from agentdescent.context import (
+from agentdescent.context.mount import (
     DEFAULT_FORK_MIN_SPAN_RATIO,
     MEASURED_CACHE_HIT_FRACTION,
     MEASURED_RATE_CARD,

@@ -23,7 +23,7 @@ import pytest
 
 from agentdescent import dataloader
 from agentdescent.clock import MonotonicClock
-from agentdescent.dataloader import (
+from agentdescent.data.loader import (
     DataLoadError,
     cache_root,
     hf_rows,

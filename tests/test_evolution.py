@@ -601,7 +601,7 @@ def test_self_verify_off_runs_no_self_verify_rollouts():
 
 
 def test_cards_carry_their_own_token_cost_whatever_the_concurrency():
-    import agentdescent.aggregator as aggregator_module
+    import agentdescent.merge.aggregator as aggregator_module
     from agentdescent.domains.router import RouterDomain
 
     costs: dict[int, list[int]] = {}
@@ -627,7 +627,7 @@ def test_cards_carry_their_own_token_cost_whatever_the_concurrency():
 
 
 def test_the_default_split_is_a_seeded_shuffle_and_stratify_keeps_every_category_on_both_sides():
-    from agentdescent.config import Split
+    from agentdescent.engine.config import Split
 
     def split_tasks(tasks, frac, shuffle, seed, stratify=None):
         return Split(frac, shuffle, stratify).split(tasks, seed)

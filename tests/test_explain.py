@@ -1,12 +1,12 @@
-"""agentdescent.explain and the records behind it: what a round keeps, and the cause named when nothing committed."""
+"""agentdescent.cli.explain and the records behind it: what a round keeps, and the cause named when nothing committed."""
 
 from __future__ import annotations
 
 import json
 
 from agentdescent import LLMAgent, MemoryLedger, Task, evolve
-from agentdescent.explain import decision_record, likely_cause, round_lines, round_record
-from agentdescent.result import RoundInfo
+from agentdescent.cli.explain import decision_record, likely_cause, round_lines, round_record
+from agentdescent.engine.result import RoundInfo
 from agentdescent.testing import FakeProvider
 from agentdescent.types import Diff, MergeOutcome, MergeReport
 

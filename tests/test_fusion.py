@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentdescent import Diff, EvidenceCard
-from agentdescent.fusion import contradicts, rank_cards, resolve_conflicts, union_diff
+from agentdescent.merge.fusion import contradicts, rank_cards, resolve_conflicts, union_diff
 
 
 def _card(diff_id: str, ops: dict[str, str | None], delta: float | None = None) -> EvidenceCard:

@@ -17,7 +17,7 @@ from agentdescent import (
     classify,
     get_policy,
 )
-from agentdescent.governance import RESERVED_IDS, ArtifactInfo
+from agentdescent.merge.governance import RESERVED_IDS, ArtifactInfo
 
 # --------------------------------------------------------------------------- governance
 

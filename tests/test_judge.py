@@ -1,4 +1,4 @@
-"""`agentdescent.judge`: reading a judge's verdict, and a judge reward against a real loopback server.
+"""`agentdescent.rewards.judge`: reading a judge's verdict, and a judge reward against a real loopback server.
 
 The grading model is a real OpenAI-compatible HTTP server on 127.0.0.1 (`tests.llm_server`)
 behind `agentdescent.openai_compatible`: the judge's request is built, sent, recorded and
@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from agentdescent import Task, judge, openai_compatible
 from agentdescent.errors import InvalidArgument, InvalidArgumentType, ProviderError
-from agentdescent.judge import DEFAULT_JUDGE_TEMPLATE, JudgeReward, read_verdict
 from agentdescent.providers import from_callable
-from agentdescent.rewards import Score, check_reward
+from agentdescent.rewards.builtin import Score, check_reward
+from agentdescent.rewards.judge import DEFAULT_JUDGE_TEMPLATE, JudgeReward, read_verdict
 from tests.llm_server import LLMServer, Reply, openai_body
 
 KEY = "sk-judge-test-Vq8Lm2Xp4Rt6"

@@ -39,9 +39,9 @@ from agentdescent import (
     evolve,
 )
 from agentdescent.domains.router import RouterDomain
+from agentdescent.engine.progress import read_progress
 from agentdescent.ledger import SCHEMA, SCHEMA_VERSION
 from agentdescent.ledger.integrity import version_digest
-from agentdescent.progress import read_progress
 
 from .ledger_files import damage
 

@@ -1,4 +1,4 @@
-"""One candidate's held-out evaluation (`agentdescent.measurement.Measurer`).
+"""One candidate's held-out evaluation (`agentdescent.merge.measurement.Measurer`).
 
 The evaluators are small real ones written here. `TableEvaluator` is deterministic: a
 state's ``name`` value picks its row of per-task scores, and it counts every task it
@@ -19,9 +19,15 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from agentdescent.aggregator import AggregatorConfig
-from agentdescent.governance import Layer
-from agentdescent.measurement import SPOT_CHECK_EVERY, Evaluator, Measurement, Measurer, Prepared
+from agentdescent.merge.aggregator import AggregatorConfig
+from agentdescent.merge.governance import Layer
+from agentdescent.merge.measurement import (
+    SPOT_CHECK_EVERY,
+    Evaluator,
+    Measurement,
+    Measurer,
+    Prepared,
+)
 from agentdescent.types import Diff, EvidenceCard, Task
 
 ART = "prompt"

@@ -1,4 +1,4 @@
-"""Is the evaluation stochastic? (`agentdescent.noise.NoiseMonitor`).
+"""Is the evaluation stochastic? (`agentdescent.merge.noise.NoiseMonitor`).
 
 The states (unknown, deterministic, noisy, fixed), how free probes and re-draws move them,
 how many extra draws a discordant pair gets in each, the counters, and a resumed monitor.
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentdescent.noise import NoiseMonitor
+from agentdescent.merge.noise import NoiseMonitor
 
 STATS_KEYS = {"state", "free_probes", "redraws", "agreements", "disagreements", "disagreement_rate",
               "rescored_pairs", "overturned"}

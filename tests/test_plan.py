@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agentdescent.plan import Probe, plan_numbers
+from agentdescent.cli.plan import Probe, plan_numbers
 from agentdescent.types import Task
 
 from .llm_server import LLMServer, Reply, openai_body

@@ -17,7 +17,7 @@ import pytest
 
 from agentdescent import ProviderError
 from agentdescent._http import parse_retry_after
-from agentdescent.agents import Completion, Usage
+from agentdescent.agents.llm import Completion, Usage
 from agentdescent.clock import Clock
 from agentdescent.providers import (
     AnthropicProvider,
@@ -631,7 +631,7 @@ def test_parse_retry_after_forms():
 
 
 def test_provider_classes_satisfy_the_protocol(server, clock):
-    from agentdescent.agents import Provider
+    from agentdescent.agents.llm import Provider
 
     assert isinstance(make_openai(server, clock), Provider)
     assert isinstance(make_openai(server, clock), OpenAICompatibleProvider)

@@ -1,4 +1,4 @@
-"""Which tasks a diff most plausibly changes (`agentdescent.relevance`).
+"""Which tasks a diff most plausibly changes (`agentdescent.merge.relevance`).
 
 The ranking: rarity-weighted (IDF) words a diff's text shares with each prompt, a bonus for
 the diff's meta group, the prompts of the tasks it was proposed from as the fallback, and a
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentdescent.relevance import AFFECTED_SHARE, Relevance, words
+from agentdescent.merge.relevance import AFFECTED_SHARE, Relevance, words
 from agentdescent.types import Diff, Task
 
 PROMPTS = [

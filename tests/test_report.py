@@ -1,4 +1,4 @@
-"""The run report (`agentdescent.report.build_report`), read back as a browser would parse it.
+"""The run report (`agentdescent.cli.report.build_report`), read back as a browser would parse it.
 
 Each test writes a real run directory: spec.json, the tasks files, a real SQLite ledger
 whose versions are real commits, rounds.jsonl, status.json and result.json (in the
@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from agentdescent.cli import main as cli_main
+from agentdescent.cli.main import main as cli_main
+from agentdescent.cli.report import build_report
+from agentdescent.cli.rundir import SPEC_FORMAT, RunDir
 from agentdescent.ledger import SqliteLedger
-from agentdescent.report import build_report
-from agentdescent.rundir import SPEC_FORMAT, RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 XSS = "<script>alert(1)</script>"

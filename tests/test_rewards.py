@@ -1,4 +1,4 @@
-"""`agentdescent.rewards`: the `Score` type, the reward contract and the built-in rewards with feedback."""
+"""`agentdescent.rewards.builtin`: the `Score` type, the reward contract and the built-in rewards with feedback."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agentdescent import Task
 from agentdescent.errors import InvalidArgument, InvalidArgumentType, RewardContractError
-from agentdescent.rewards import (
+from agentdescent.rewards.builtin import (
     FEEDBACK_LIMIT,
     REWARD_NAMES,
     Score,

@@ -24,9 +24,9 @@ from agentdescent import (
     evolve,
 )
 from agentdescent.domains.router import RouterDomain
-from agentdescent.result import EvolutionResult
+from agentdescent.engine.result import EvolutionResult
+from agentdescent.engine.worker import GroupTracker
 from agentdescent.testing import FakeProvider, ManualClock
-from agentdescent.worker import GroupTracker
 
 from .toy import echo_run, never_propose, toy_propose, toy_reward, toy_tasks
 

@@ -1,4 +1,4 @@
-"""The head's held-out scores per version (`agentdescent.scoreboard`).
+"""The head's held-out scores per version (`agentdescent.merge.scoreboard`).
 
 Measured scores, inherited ones (a commit's unscored tasks take the parent's), projected
 ones (counted like inherited), clean ones (an earlier measurement no commit since plausibly
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentdescent.scoreboard import HeadEstimate, Scoreboard
+from agentdescent.merge.scoreboard import HeadEstimate, Scoreboard
 
 A = "prompt"
 

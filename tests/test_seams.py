@@ -28,8 +28,8 @@ from agentdescent import (
     async_evolve,
     evolve,
 )
-from agentdescent.aggregator import Aggregator
 from agentdescent.domains.router import RouterDomain
+from agentdescent.merge.aggregator import Aggregator
 from agentdescent.seams import adopt, unwrap
 
 from .toy import echo_run, toy_propose, toy_reward, toy_tasks

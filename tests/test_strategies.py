@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentdescent import AppendRules, Diff, KeyedRules, SingleSlot, Strategy
-from agentdescent.fusion import contradicts, union_diff
+from agentdescent.merge.fusion import contradicts, union_diff
 
 
 def _diff(strategy, state, text, author="w0", base=1, target="art") -> Diff | None:

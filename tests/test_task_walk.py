@@ -1,4 +1,4 @@
-"""The seeded walk over the train tasks (`agentdescent.worker.TaskWalk`).
+"""The seeded walk over the train tasks (`agentdescent.engine.worker.TaskWalk`).
 
 Open tasks (never rolled out, or last seen below 1) first, each once per pass in a seeded
 order; a solved task leaves the passes; a commit presumes the tasks its diff plausibly
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentdescent.relevance import Relevance
+from agentdescent.engine.worker import TaskWalk
+from agentdescent.merge.relevance import Relevance
 from agentdescent.types import Diff, Task
-from agentdescent.worker import TaskWalk
 
 TOPICS = ["refund", "shipping", "warranty", "login"]
 

@@ -1,4 +1,4 @@
-"""`agentdescent.testset`: `evaluate`, `Evaluation`, `paired_difference` and `bootstrap_interval`.
+"""`agentdescent.engine.testset`: `evaluate`, `Evaluation`, `paired_difference` and `bootstrap_interval`.
 
 `evaluate` runs with plain ``run=`` callables and with an `agentdescent.LLMAgent` on a real
 loopback OpenAI-compatible server (`tests.llm_server`).
@@ -16,21 +16,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentdescent import LLMAgent, Task, evaluate, openai_compatible
-from agentdescent.errors import (
-    ContractError,
-    InvalidArgument,
-    InvalidArgumentType,
-    RewardContractError,
-)
-from agentdescent.rewards import Score, exact_match
-from agentdescent.strategies import AppendRules, SingleSlot
-from agentdescent.testset import (
+from agentdescent.engine.testset import (
     RESAMPLES,
     Difference,
     Evaluation,
     bootstrap_interval,
     paired_difference,
 )
+from agentdescent.errors import (
+    ContractError,
+    InvalidArgument,
+    InvalidArgumentType,
+    RewardContractError,
+)
+from agentdescent.merge.strategies import AppendRules, SingleSlot
+from agentdescent.rewards.builtin import Score, exact_match
 from agentdescent.usage import Usage
 from tests.llm_server import LLMServer, Reply, openai_body
 

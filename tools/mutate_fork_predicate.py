@@ -77,7 +77,7 @@ def run_tests(workdir: Path, keep_going: bool) -> tuple[bool, str]:
     """Run the copied tests against the copied package; (passed, last output line)."""
     env = dict(os.environ, PYTHONPATH=str(workdir), PYTHONDONTWRITEBYTECODE="1")
     probe = subprocess.run(
-        [sys.executable, "-c", "import agentdescent.compaction as c; print(c.__file__)"],
+        [sys.executable, "-c", "import agentdescent.context.compaction as c; print(c.__file__)"],
         cwd=workdir, env=env, capture_output=True, text=True,
     )
     imported = Path(probe.stdout.strip() or "?").resolve()

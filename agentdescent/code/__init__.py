@@ -16,6 +16,10 @@ reward.
     result = evolve(**suite.evolve_kwargs(propose=my_proposer), rounds=10)
 
 See the docs page "Evolving code" (docs/code.md).
+
+It imports the ground floor, `merge` (the strategy seam, the commit veto's config) and
+`rewards`; it must not import the engine or the command line: a test suite hands the engine
+its keywords (`TestSuite.evolve_kwargs`) rather than calling it.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..aggregator_config import AggregatorConfig
 from ..errors import InvalidArgumentType
-from ..rewards import Score
+from ..merge.aggregator_config import AggregatorConfig
+from ..rewards.builtin import Score
 from ..types import Task
 from .base import SandboxedReward, split_command
 from .cache import state_hash

@@ -5,7 +5,7 @@ This module owns what a test run means to the engine: discovering the tests as t
 a fresh sandbox (`agentdescent.code.Sandbox`; cached by the state's hash, so one run
 scores every task of that state, and concurrent askers of one state wait for the one
 run), reading per-test results from the runner's JUnit XML, and turning each test's
-result into the engine's ``run`` output and reward (`agentdescent.rewards.Score`: 1.0 for
+result into the engine's ``run`` output and reward (`agentdescent.rewards.builtin.Score`: 1.0 for
 a pass, else 0.0 with the assertion message as feedback, which reaches the proposer). A
 crash, a timeout or a collection error is a score of 0 with feedback saying so, never a
 failed run. `TestSuite.evolve_kwargs` wires it all into `evolve`/`async_evolve`.
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..aggregator_config import AggregatorConfig
 from ..errors import InvalidArgument, InvalidArgumentType
-from ..rewards import Score
+from ..merge.aggregator_config import AggregatorConfig
+from ..rewards.builtin import Score
 from ..types import Task, clip_middle
 from .base import SandboxedReward, split_command
 from .cache import state_hash

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
 from ..errors import EditRefused, InvalidArgument, InvalidArgumentType
-from ..strategies import Strategy
+from ..merge.strategies import Strategy
 from ..textedits import apply_edits
 from ..types import Diff, stable_hash
 from ..validation import check_int

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 
 from ..errors import InvalidArgument, RewardContractError
-from ..strategies import KeyedRules
+from ..merge.strategies import KeyedRules
 from ..tokens import estimate_tokens
 from ..types import Task, stable_hash
 from ..usage import Usage

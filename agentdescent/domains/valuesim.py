@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 
 from ..errors import InvalidArgument
-from ..strategies import AppendRules
+from ..merge.strategies import AppendRules
 from ..tokens import estimate_tokens
 from ..types import Task, stable_hash
 from ..usage import Usage

@@ -6,6 +6,9 @@ tests and throwaway runs) in `agentdescent.ledger.memory`; `SqliteLedger` (the e
 default for persisted runs) in `agentdescent.ledger.sqlite`, with the digest chain and the
 open-time check that make damage to its file visible in `agentdescent.ledger.integrity`.
 `CASConflict` is importable from here too (SPEC §3).
+
+It imports only the ground floor (errors, seams, validation); it must not import the merge,
+the engine or anything above: every layer that commits or reads a head calls down into it.
 """
 
 from __future__ import annotations

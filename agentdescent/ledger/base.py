@@ -139,7 +139,7 @@ class Ledger(Seam):
         The engines save one JSON object per run (keyed by the artifact id) and the
         rounds that are new since the last save, after every round or sweep, from the
         merging thread only, and read it back with `load_run_state` when a run opens on
-        this ledger (`agentdescent.progress`): round numbering, spend, stop-rule,
+        this ledger (`agentdescent.engine.progress`): round numbering, spend, stop-rule,
         allocator and task-order state then continue instead of starting over.
 
         ``state`` is a JSON-ready mapping; each of ``rounds`` is one round's JSON with an
@@ -163,7 +163,7 @@ class Ledger(Seam):
         both, and its resumed run replays the round from the progress saved before it,
         as if the round had never started. The default groups nothing (each write
         lands on its own; a commit made after the last save is then adopted on resume:
-        `agentdescent.progress.read_progress`).
+        `agentdescent.engine.progress.read_progress`).
 
         A write that fails inside the block is undone on its own; the writes before it
         still land when the block ends, whether it ends normally or by an exception.

@@ -256,7 +256,7 @@ class LeaseHolder:
     """The lease members of `agentdescent.ledger.SqliteLedger` (mixed in; the ledger gives
     ``_write``, ``_conn``, ``_translate`` and ``_path``).
 
-    A driver (`agentdescent.progress.ProgressStore`) calls `acquire_lease` when its run
+    A driver (`agentdescent.engine.progress.ProgressStore`) calls `acquire_lease` when its run
     opens, `renew_lease` at every save, and `release_lease` when it closes; the ledger's
     ``close`` releases what it still holds. One process is one holder: a second hold from
     the same process (another ledger object, a second run after the first) is counted and

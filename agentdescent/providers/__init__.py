@@ -6,6 +6,9 @@ translation and redaction of `agentdescent.providers.sdk`; `from_callable`
 (`agentdescent.providers.callable`) turns a ``prompt -> str`` function into a provider.
 Every failure is one of the `agentdescent.errors.ProviderError` family (re-exported here).
 The SDKs are optional extras, loaded inside the factories, never at import time.
+
+It imports only the ground floor (the `Provider` seam in `agentdescent.model`, the meter, the
+clock, the failure rule); it must not import the agents, the engine or the command line.
 """
 
 from __future__ import annotations

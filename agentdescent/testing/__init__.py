@@ -12,6 +12,9 @@
 Nothing here is used by the engines themselves, nothing here opens a network connection,
 and nothing here imports pytest: the suites raise ``AssertionError``, so the package
 imports without the dev extras.
+
+It may import the seams it fakes or checks (the ground floor, `budget`, `context`, `ledger`,
+`merge`); it must not import the engine or the command line.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..budget.pricing import RateCard
 from ..clock import as_clock
-from ..compaction import SUMMARY_REQUEST_TAG
+from ..context.compaction import SUMMARY_REQUEST_TAG
 from ..errors import InvalidArgument, InvalidArgumentType
 from ..model import Completion, Provider, check_options
-from ..pricing import RateCard
 from ..tokens import TokenCounter, default_token_counter
 from ..types import stable_hash
 from ..usage import Usage
@@ -80,13 +80,13 @@ class CachingProviderSim(Provider):
     cache's hash chain does.
 
     Replies are deterministic, a function of the request alone: a summarization request
-    (its last message starts with `agentdescent.context.SUMMARY_REQUEST_TAG`) gets
+    (its last message starts with `agentdescent.context.mount.SUMMARY_REQUEST_TAG`) gets
     ``summary_words`` words, anything else ``reply_words`` words, both capped by the
     ``max_tokens`` option; or ``responder(messages, **options)`` decides (raising from it
     simulates an outage). Thread-safe.
 
     Args:
-        rate_card: the prices (`agentdescent.context.RateCard`).
+        rate_card: the prices (`agentdescent.context.mount.RateCard`).
         ttl: seconds a cache entry outlives its last use.
         clock: a ``() -> float`` seconds source; ``time.monotonic`` if None (pass a
             `ManualClock` in tests).
@@ -129,7 +129,7 @@ class CachingProviderSim(Provider):
     ) -> None:
         if not isinstance(rate_card, RateCard):
             raise InvalidArgumentType(
-                f"CachingProviderSim(rate_card={rate_card!r}): pass an agentdescent.context.RateCard"
+                f"CachingProviderSim(rate_card={rate_card!r}): pass an agentdescent.context.mount.RateCard"
             )
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl >= 0:
             raise InvalidArgument(f"CachingProviderSim(ttl={ttl!r}): use the cache lifetime in seconds, >= 0")

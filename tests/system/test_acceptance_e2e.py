@@ -1,7 +1,7 @@
 """The paired acceptance test end to end, on both engines: ties, junk on a young head, a noisy head.
 
 Acceptance is a betting e-process over the per-task paired differences between a
-candidate and the head (`agentdescent.acceptance.PairedTest`): a candidate commits once
+candidate and the head (`agentdescent.merge.acceptance.PairedTest`): a candidate commits once
 its e-value reaches ``1 / false_accept_rate`` (20 at the default 0.05), or, in an
 evaluation known to be deterministic, on a net gain with no regression. These runs check
 the cases where a weaker rule used to commit something no better than the head:

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from agentdescent import SqliteLedger
-from agentdescent.cli import ARTIFACT_ID
-from agentdescent.progress import read_progress
+from agentdescent.cli.main import ARTIFACT_ID
+from agentdescent.engine.progress import read_progress
 
 from ..llm_server import LLMServer, Reply, openai_body
 

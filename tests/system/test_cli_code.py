@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from agentdescent import SqliteLedger
-from agentdescent.cli import ARTIFACT_ID
+from agentdescent.cli.main import ARTIFACT_ID
 
 from ..llm_server import LLMServer, Reply, openai_body
 from .test_cli import ROOT, cli, snapshot

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from agentdescent.rundir import atomic_write
+from agentdescent.cli.rundir import atomic_write
 
 from ..llm_server import LLMServer, Reply
 from ..test_report import parse

@@ -34,10 +34,10 @@ from agentdescent import (
     judge,
     openai_compatible,
 )
-from agentdescent.agents import DEFAULT_PROPOSE_TEMPLATE, feedback_paragraph
+from agentdescent.agents.llm import DEFAULT_PROPOSE_TEMPLATE, feedback_paragraph
 from agentdescent.errors import InvalidArgument
 from agentdescent.providers import from_callable
-from agentdescent.rewards import exact_match
+from agentdescent.rewards.builtin import exact_match
 from agentdescent.usage import Usage
 from tests.llm_server import LLMServer, Reply, openai_body
 

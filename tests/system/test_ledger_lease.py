@@ -23,7 +23,7 @@ import pytest
 
 from agentdescent import LedgerBusy, SqliteLedger, evolve
 from agentdescent.domains.router import RouterDomain
-from agentdescent.progress import read_all_progress, read_progress
+from agentdescent.engine.progress import read_all_progress, read_progress
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ import json, os, signal, sys
 sys.path.insert(0, ROOT)
 from agentdescent import LedgerBusy, SqliteLedger, evolve
 from agentdescent.domains.router import RouterDomain
-from agentdescent.progress import ProgressStore
+from agentdescent.engine.progress import ProgressStore
 
 args = json.loads(sys.argv[1])
 if args.get("no_atomic"):

@@ -17,8 +17,8 @@ import pytest
 
 from agentdescent import LLMAgent, SqliteLedger, Task, async_evolve, evolve
 from agentdescent.clock import StopSignal, stop_scope
+from agentdescent.engine.progress import read_progress
 from agentdescent.errors import ProviderUnavailableError
-from agentdescent.progress import read_progress
 from agentdescent.providers import openai_compatible
 from agentdescent.testing import ManualClock
 

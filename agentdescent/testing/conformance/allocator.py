@@ -1,4 +1,4 @@
-"""`AllocatorConformance`: the behaviour every `agentdescent.allocator.AllocatorPolicy` must have.
+"""`AllocatorConformance`: the behaviour every `agentdescent.budget.allocator.AllocatorPolicy` must have.
 
 Subclass it under a ``Test`` name and define ``make_allocator()`` (seeded, so two calls
 build twins). Plain Python (no pytest import).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 
-from ...allocator import AllocateDecision, AllocatorContext, AllocatorPolicy
+from ...budget.allocator import AllocateDecision, AllocatorContext, AllocatorPolicy
 from ...seams import adopt, missing_members
 from ._checks import check
 
@@ -25,7 +25,7 @@ class AllocatorConformance:
     """What the budget governor and the aggregator rely on of an allocator.
 
     The checks: ``decide`` and ``observe`` exist; ``decide`` returns an
-    `agentdescent.allocator.AllocateDecision`; ``observe`` takes both outcomes; the
+    `agentdescent.budget.allocator.AllocateDecision`; ``observe`` takes both outcomes; the
     optional members (the allocator's own, or the defaults) behave: ``budget_start`` is a
     fraction, ``stats()`` and ``state_dict()`` are JSON; ``load_state_dict`` of a twin's
     state makes the twin decide exactly as the original from then on (resume); and

@@ -1,4 +1,4 @@
-"""`EvaluatorConformance`: the behaviour every `agentdescent.aggregator.Evaluator` must have.
+"""`EvaluatorConformance`: the behaviour every `agentdescent.merge.aggregator.Evaluator` must have.
 
 Subclass it under a ``Test`` name and define ``make_evaluator()`` and ``states()``.
 Plain Python (no pytest import).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from ...aggregator import Evaluator
+from ...merge.aggregator import Evaluator
 from ...seams import adopt, missing_members
 from ...types import Task
 from ._checks import check

@@ -1,12 +1,12 @@
-"""`StalenessConformance`: the behaviour every `agentdescent.staleness.StalenessPolicy` must have.
+"""`StalenessConformance`: the behaviour every `agentdescent.merge.staleness.StalenessPolicy` must have.
 
 Subclass it under a ``Test`` name and define ``make_policy()``. Plain Python (no pytest import).
 """
 
 from __future__ import annotations
 
+from ...merge.staleness import StaleAction, StalenessPolicy
 from ...seams import adopt, missing_members
-from ...staleness import StaleAction, StalenessPolicy
 from ._checks import check
 
 __all__ = ["StalenessConformance"]
@@ -16,7 +16,7 @@ class StalenessConformance:
     """The rules every staleness policy keeps (SPEC §4), checked over a grid of eta and alpha.
 
     The checks: the required members exist and ``name`` is a non-empty ``str``; ``decide``
-    returns a `agentdescent.staleness.StaleAction`; a fresh diff (``eta == 0``) that is not
+    returns a `agentdescent.merge.staleness.StaleAction`; a fresh diff (``eta == 0``) that is not
     contract-breaking is accepted; a stale contract-breaking diff is discarded; and the
     decision is a pure function of its arguments (asked twice, and of two instances).
     """

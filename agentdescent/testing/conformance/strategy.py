@@ -1,4 +1,4 @@
-"""`StrategyConformance`: the behaviour every `agentdescent.strategies.Strategy` must have.
+"""`StrategyConformance`: the behaviour every `agentdescent.merge.strategies.Strategy` must have.
 
 Subclass it under a ``Test`` name and define ``make_strategy()``; pytest runs every check
 against a fresh strategy. Plain Python (no pytest import).
@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from ...merge.strategies import Strategy
 from ...seams import adopt, missing_members
-from ...strategies import Strategy
 from ...types import Diff
 from ._checks import check
 

@@ -1,0 +1,426 @@
+"""What a run will cost before it runs: ``agentdescent plan`` (the maximum and the expected spend).
+
+It reads the run directory's spec and tasks and spends nothing, unless ``--probe`` asks
+it to time one real model call. It must not write files. A tree run (``init --tree``)
+gets a plan of its own (`_plan_tree`): only its proposals call the model.
+
+Two numbers, for the sync runtime ``agentdescent run`` drives. The **maximum** is a
+bound read off the code (every rollout proposes, every round evaluates a candidate on
+every held-out task with every re-draw the noise rule allows). The **expected** spend
+follows the evaluation policy with the rough shares of `Typical` (most proposals are
+declined, refused or fail the self-verify gate, so few rounds pay for a held-out
+evaluation, and that evaluation stops once it is settled); the output states them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..agents.llm import DEFAULT_EDIT_TEMPLATE, DEFAULT_PROPOSE_TEMPLATE, DEFAULT_REWRITE_TEMPLATE
+from ..agents.proposals import DEFAULT_MAX_CHARS, is_blank_artifact
+from ..code.suite import MAX_FEEDBACK_CHARS
+from ..engine.config import Split
+from ..errors import ProviderAuthError, ProviderError, UsageError
+from ..merge.aggregator import AggregatorConfig
+from ..rewards.builtin import FEEDBACK_LIMIT
+from ..tokens import estimate_tokens
+from ..types import Task, one_line
+from .rundir import RunDir, load_tasks
+from .runspec import initial_state, is_tree, make_agent, make_strategy, proposal_mode, redact
+
+__all__ = ["Probe", "Typical", "cmd_plan", "plan_numbers", "probe_call"]
+
+#: Reply tokens the maximum assumes when the spec sets no per-call limit (then it is no bound).
+UNLIMITED_REPLY = 512
+#: Tokens a call may cost beyond its texts in the maximum (a chat template, a default system prompt).
+FRAMING_MAX = 32
+
+
+@dataclass(frozen=True)
+class Typical:
+    """What the expected spend assumes a typical run does; each share is a rough number.
+
+    Read off the runs in docs/cli.md's ``plan`` section (a scripted model, the tutorial's
+    stand-in, SmolLM2-135M): a half to two thirds of the rollouts failed, a quarter to
+    all of the proposals changed the artifact, and 0 to 1 in 3 rounds evaluated a
+    candidate, which scored 6 to 8 held-out tasks before its decision settled.
+
+    Args:
+        fail: share of rollouts that score below 1 (each one proposes).
+        change: share of proposals that change the artifact (each is re-run on its task).
+        improve: share of those changes that improve their own task (the self-verify gate
+            lets a round's candidate through to the held-out evaluation if one of its
+            cards did).
+        scored: held-out tasks an evaluation scores the candidate on before it settles.
+        discordant: share of those where the candidate and the head differ (each is drawn
+            again when the evaluation is noisy).
+        commit: share of evaluated candidates that commit.
+        rule_tokens: a committed rule's tokens (the artifact grows by that much).
+        framing: tokens a call costs beyond its texts (the chat template).
+        reply: a reply's tokens when the spec sets no per-call limit (with one: half of it).
+    """
+
+    fail: float = 2 / 3
+    change: float = 1 / 2
+    improve: float = 1 / 3
+    scored: int = 8
+    discordant: float = 1 / 3
+    commit: float = 0.5
+    rule_tokens: int = 25
+    framing: int = 8
+    reply: int = 64
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One real solve call, timed (`probe_call`).
+
+    Args:
+        seconds: how long the call took.
+        prompt_tokens: the prompt tokens the provider reported.
+        completion_tokens: the reply tokens it reported.
+        estimated_prompt: `estimate_tokens` of the same call's texts.
+    """
+
+    seconds: float
+    prompt_tokens: int
+    completion_tokens: int
+    estimated_prompt: int
+
+
+def _rendered_start(spec: dict[str, Any], tasks: Sequence[Task]) -> str:
+    strategy = make_strategy(spec, tasks)
+    return strategy.render(initial_state(spec, strategy))  # not a tree's: `_plan_tree` plans those
+
+
+def _text_tokens(text: str) -> int:
+    """Tokens of a text the agent sends (an empty artifact is not sent)."""
+    return 0 if is_blank_artifact(text) else estimate_tokens(text)
+
+
+def _mean(values: Sequence[int]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def plan_numbers(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, workers: int, *,
+                 probe: Probe | None = None, test_tasks: Sequence[Task] = (),
+                 typical: Typical = Typical()) -> dict[str, Any]:
+    """The most and the expected model calls and tokens of a run, from its spec (nothing is spent).
+
+    **Maximum.** Before the first round the starting head is scored on ``head_sample`` =
+    16 held-out tasks (all of them when fewer), and once in a run the noise probe may
+    draw 16 more. Each round at most: ``workers`` rollouts, proposals and self-verify
+    re-runs; two rebase re-verification calls for each of the round's cards and the
+    ``pool_draw`` = 2 cards drawn from the evidence pool; and one candidate's held-out
+    evaluation, ``7 * H`` calls for ``H`` held-out tasks: the candidate and the head on
+    each task (the head once per task and version), 2 more draws a side of every task
+    they differ on once the evaluation is noisy, and one more draw of each head score a
+    free check found changed. Tokens per call: the longest task prompt, the artifact as
+    long as that round's commits can make it (each proposal is at most 400 characters,
+    a rewrite 4,000), the proposal template with the rollout's reply and the reward's
+    feedback quoted, ``FRAMING_MAX`` for the chat template, and a reply at the per-call
+    limit (without one, `UNLIMITED_REPLY` or the probe's reply if longer: then no bound).
+    Prompts are counted at `estimate_tokens`' 4 characters a token, scaled up to what
+    ``probe`` measured when its provider counted more beyond ``FRAMING_MAX``. Failed calls
+    (and the retries of a merge that failed) are not counted; nor is ``run --async``,
+    whose merges may each evaluate a candidate.
+
+    **Expected.** The same steps with the shares of ``typical``: ``workers * fail``
+    proposals a round, ``change`` of them re-run, and a round evaluates a candidate with
+    probability ``1 - (1 - improve) ** (workers * fail * change)``, on ``scored`` held-out
+    tasks (with ``stratify``, at least a group's held-out tasks and ``coverage_sample`` = 4
+    others); the head is scored where the starting sample did not cover them and on half
+    of them after a commit; with a sampled model (a temperature other than 0) every
+    discordant task is drawn again, 3 calls each on average (one a side while the run
+    does not know yet, two once it has seen noise), with temperature 0 the re-draws stop
+    after the first 16 agreeing ones. Replies are ``probe``'s reply length, else half the
+    per-call limit, else ``typical.reply``.
+
+    Args:
+        spec: the run directory's spec.
+        tasks: its tasks.
+        rounds: rounds planned.
+        workers: workers (and calls at once).
+        probe: a timed call (`probe_call`) that sets the reply length and the prompt scale.
+        test_tasks: the test set (its calls are outside the run's budget).
+        typical: the expected spend's shares.
+
+    Returns:
+        A dict with the split (``tasks``, ``train``, ``held_out``), ``max`` and ``expected``
+        (each with ``calls``, ``tokens``, ``calls_per_round``, ``tokens_per_round`` and
+        ``test_calls``, ``test_tokens``), the per-call assumptions (``reply_max``,
+        ``reply``, ``sampled``, ``eval_share``, ``scored``) and, with ``probe``, the wall
+        times in seconds (``seconds_expected``, ``seconds_max``: calls / ``workers`` x the
+        probe's seconds, the maximum's replies at the limit taking as many times longer as
+        they are longer than the probe's, ``slowdown``).
+    """
+    cfg = AggregatorConfig()
+    stratify = spec.get("stratify")
+    train, held = Split(held_out_frac=spec.get("held_out_frac", 0.4), stratify=stratify).split(
+        tasks, int(spec.get("seed", 0)))
+    n_held, w, t = len(held), workers, typical
+    rule_mode = proposal_mode(spec) == "rule"
+    template = DEFAULT_PROPOSE_TEMPLATE if rule_mode else DEFAULT_REWRITE_TEMPLATE
+    tpl = estimate_tokens(template.format(artifact="", prompt="", output="", reward=0.0, task_id="",
+                                          feedback="", feedback_text=""))
+    start = _text_tokens(_rendered_start(spec, tasks))
+    limit = spec.get("call_tokens")
+    sampled = spec.get("temperature") != 0  # None: the provider's default, which samples
+    prompts = [estimate_tokens(task.prompt) for task in tasks]
+    # The probe's prompt, as its provider counted it, against the estimate of its texts: what is
+    # over the estimate is the chat template's framing (the expected spend's, and up to
+    # FRAMING_MAX the maximum's; beyond that the maximum scales every prompt up), what is under
+    # it a sparser tokenizer (the expected spend scales its prompts down).
+    framing, ratio, scale = float(t.framing), 1.0, 1.0
+    if probe is not None and probe.estimated_prompt > 0:
+        extra = probe.prompt_tokens - probe.estimated_prompt
+        framing, ratio = (float(extra), 1.0) if extra >= 0 else (0.0, probe.prompt_tokens / probe.estimated_prompt)
+        scale = max(1.0, (probe.prompt_tokens - FRAMING_MAX) / probe.estimated_prompt)
+
+    # ------------------------------------------------------------------ the maximum
+    reply_max = int(limit) if limit else max(UNLIMITED_REPLY, probe.completion_tokens if probe else 0)
+    s0 = min(n_held, cfg.head_sample)
+    cards = w + cfg.pool_draw
+    solves_round = 2 * w + 2 * cards + (3 + 2 * cfg.rescore_draws) * n_held
+    rule_max = estimate_tokens("- " + "x" * DEFAULT_MAX_CHARS["rule"] + "\n") + 8  # a rendered rule, with room to spare
+
+    def art_max(r: int) -> int:
+        return start + r * cards * rule_max if rule_mode else max(start, estimate_tokens("x" * DEFAULT_MAX_CHARS["rewrite"]))
+
+    p_max = max(prompts)
+
+    def solve_max(a: int) -> int:
+        return math.ceil((a + p_max + FRAMING_MAX) * scale) + reply_max
+
+    def propose_max(a: int) -> int:
+        feedback = estimate_tokens("\n\nFeedback on the answer: ") + FEEDBACK_LIMIT // 4
+        return math.ceil((tpl + a + p_max + reply_max + feedback + FRAMING_MAX) * scale) + reply_max
+
+    round_max = [solves_round * solve_max(art_max(r + 1)) + w * propose_max(art_max(r)) for r in range(rounds)]
+    calls_max = s0 + cfg.noise_probe + rounds * (solves_round + w)
+    tokens_max = s0 * solve_max(start) + cfg.noise_probe * solve_max(art_max(rounds)) + sum(round_max)
+
+    # ------------------------------------------------------------------ the expected
+    reply = probe.completion_tokens if probe else (limit // 2 if limit else t.reply)
+    p_train = _mean([estimate_tokens(x.prompt) for x in train])
+    p_held = _mean([estimate_tokens(x.prompt) for x in held])
+    proposals = w * t.fail
+    changes = proposals * t.change
+    eval_share = 1.0 - (1.0 - t.improve) ** changes
+    evaluations = rounds * eval_share
+    k = min(n_held, t.scored)
+    if stratify:  # the held-out tasks of a card's group count as affected: all scored, then the sample
+        groups = {str(x.meta[stratify]) for x in held}
+        k = min(n_held, max(k, math.ceil(n_held / len(groups)) + cfg.coverage_sample))
+    head = k * (max(0.0, 1.0 - s0 / n_held) + t.commit / 2)
+    pairs = k * t.discordant
+    redraws = 3 * pairs if sampled else 0.0
+    learning = 0.0 if sampled else min(cfg.noise_probe, evaluations * 2 * pairs)
+    eval_calls = k + head + redraws
+    grow = eval_share * t.commit * t.rule_tokens
+
+    def solve_e(a: float, p: float) -> float:
+        return (a + p) * ratio + framing + reply
+
+    def propose_e(a: float) -> float:
+        feedback = 12 + min(reply, 40)  # a built-in reward's feedback quotes the reply, cut at 160 characters
+        answer = reply if rule_mode else a + t.rule_tokens
+        return (tpl + a + p_train + reply + feedback) * ratio + framing + answer
+
+    round_e = []
+    for r in range(rounds):
+        a = start + r * grow
+        round_e.append(w * solve_e(a, p_train) + changes * solve_e(a + t.rule_tokens, p_train)
+                       + proposals * propose_e(a) + eval_share * eval_calls * solve_e(a, p_held))
+    calls_e = s0 + learning + rounds * (w + proposals + changes + eval_share * eval_calls)
+    tokens_e = s0 * solve_e(start, p_held) + learning * solve_e(start + rounds * grow / 2, p_held) + sum(round_e)
+
+    # ------------------------------------------------------------------ the test set
+    repeats = int(spec.get("test_repeats", 1))
+    test_calls = 2 * len(test_tasks) * repeats
+    p_test = [estimate_tokens(x.prompt) for x in test_tasks]
+    test_max = sum(repeats * (solve_max(start) + solve_max(art_max(rounds))) for _ in p_test)
+    test_e = sum(repeats * (solve_e(start, p) + solve_e(start + rounds * grow, p)) for p in p_test)
+
+    out: dict[str, Any] = {
+        "tasks": len(tasks), "train": len(train), "held_out": n_held, "rounds": rounds, "workers": workers,
+        "reply_max": reply_max, "reply_limited": bool(limit), "reply": reply, "sampled": sampled,
+        "eval_share": eval_share, "scored": k, "ratio": ratio, "framing": framing,
+        "max": {"calls": calls_max, "tokens": tokens_max, "calls_per_round": solves_round + w,
+                "tokens_per_round": max(round_max, default=0), "test_calls": test_calls, "test_tokens": test_max},
+        "expected": {"calls": round(calls_e), "tokens": round(tokens_e),
+                     "calls_per_round": round(w + proposals + changes + eval_share * eval_calls),
+                     "tokens_per_round": round(sum(round_e) / rounds), "test_calls": test_calls,
+                     "test_tokens": round(test_e)},
+    }
+    if probe is not None:
+        per_call = probe.seconds / workers
+        # a reply at the limit takes longer than the probe's: as many times as it is longer
+        out["slowdown"] = max(1.0, reply_max / max(1, probe.completion_tokens))
+        out["seconds_expected"] = (out["expected"]["calls"] + test_calls) * per_call
+        out["seconds_max"] = (calls_max + test_calls) * per_call * out["slowdown"]
+    return out
+
+
+def probe_call(spec: dict[str, Any], tasks: Sequence[Task]) -> Probe:
+    """Time one real solve call: the starting artifact on the first task, with the spec's per-call limit.
+
+    The agent is the run's (`agentdescent.cli.runspec.make_agent`, solving side only); its key
+    is read from the environment variable the spec names.
+
+    Raises:
+        ProviderError: the call failed.
+        UsageError: the key's environment variable is not set.
+    """
+    agent = make_agent(spec, propose=False)
+    rendered = _rendered_start(spec, tasks)
+    task = tasks[0]
+    estimated = _text_tokens(rendered) + estimate_tokens(task.prompt)
+    before_p, before_c = agent.usage.prompt_tokens, agent.usage.completion_tokens
+    began = time.monotonic()
+    agent.solve(rendered, task)
+    seconds = time.monotonic() - began
+    return Probe(seconds, agent.usage.prompt_tokens - before_p, agent.usage.completion_tokens - before_c, estimated)
+
+
+def _duration(seconds: float) -> str:
+    """``12 ms``, ``4.2 s``, ``42 s``, ``4 min 42 s``, ``2 h 05 min``."""
+    s = round(seconds)
+    if seconds < 0.1:
+        return f"{seconds * 1000:.0f} ms"
+    if s < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def _share(x: float) -> str:
+    """A share as a plain fraction when one is close (``1 in 3``, ``3 in 4``), else a percentage."""
+    for d in (2, 3, 4, 5):
+        for n in range(1, d):
+            if abs(x - n / d) < 0.02:
+                return f"{n} in {d}"
+    return f"{x:.0%}"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``agentdescent plan RUN_DIR [--rounds R] [--workers W] [--probe]``: print the plan; 1 if the probe call failed."""
+    run = RunDir(args.run_dir)
+    spec = run.spec()
+    tasks = load_tasks(run.tasks_file)
+    if is_tree(spec):
+        return _plan_tree(run, spec, tasks, args.rounds, args.workers, probe=getattr(args, "probe", False))
+    test = load_tasks(run.test_tasks_file, "--test-tasks", minimum=1) if spec.get("test_tasks") else []
+    probe = None
+    if getattr(args, "probe", False):
+        try:
+            probe = probe_call(spec, tasks)
+        except ProviderError as exc:
+            where = f"; the key is read from ${spec.get('api_key_env')}" if isinstance(exc, ProviderAuthError) else ""
+            print(f"agentdescent plan: the probe call failed: {redact(one_line(exc, 300))}{where}", file=sys.stderr)
+            return 1
+    p = plan_numbers(spec, tasks, args.rounds, args.workers, probe=probe, test_tasks=test)
+    e, m, t = p["expected"], p["max"], Typical()
+    print(f"{p['tasks']} tasks: {p['train']} train, {p['held_out']} held out; {p['rounds']} rounds of "
+          f"{p['workers']} workers (the run's numbers include scoring the starting artifact on "
+          f"{min(p['held_out'], AggregatorConfig().head_sample)} held-out tasks)")
+    rows = [("expected, a round", e["calls_per_round"], e["tokens_per_round"]),
+            ("expected, the run", e["calls"], e["tokens"]),
+            ("at most, a round", m["calls_per_round"], m["tokens_per_round"]),
+            ("at most, the run", m["calls"], m["tokens"])]
+    width = max(len(f"{m['calls']:,}"), 5)
+    twidth = max(len(f"{m['tokens']:,}"), 6)
+    print(f"  {'':<18} {'calls':>{width}}  {'tokens':>{twidth}}")
+    for label, calls, tokens in rows:
+        print(f"  {label:<18} {calls:>{width},}  {tokens:>{twidth},}")
+    if probe is not None:
+        fit = (f"{p['framing']:.0f} chat-template tokens a call" if p["ratio"] == 1.0
+               else f"prompts at {p['ratio']:.2f} of the estimate")
+        reply = f"replies of {p['reply']} tokens and {fit} (as the probe's one call measured)"
+    elif p["reply_limited"]:
+        reply = f"replies of {p['reply']} tokens (half the per-call limit)"
+    else:
+        reply = f"replies of {p['reply']} tokens"
+    if p["sampled"]:
+        temp = spec.get("temperature")
+        noise = (f"a sampled model (temperature {temp if temp is not None else 'the provider default'}): "
+                 "tasks the candidate and the head differ on are drawn again")
+    else:
+        noise = "temperature 0: no re-draws once 16 have agreed"
+    print(f"expected assumes {_share(t.fail)} rollouts fail and propose, {_share(t.change)} proposals change the "
+          f"artifact, {_share(t.improve)} changes improve their own task: {_share(p['eval_share'])} rounds "
+          f"evaluate a candidate, on {p['scored']} held-out tasks; {reply}; {noise}")
+    limit = (f"the per-call limit ({p['reply_max']:,} tokens)" if p["reply_limited"]
+             else f"{p['reply_max']} tokens (no per-call limit is set, so this is no bound: init --call-tokens)")
+    print(f"at most: every rollout proposes, every round evaluates a candidate on all {p['held_out']} held-out tasks "
+          f"with every re-draw; replies at {limit}")
+    if test:
+        draws = int(spec.get("test_repeats", 1))
+        each = f" x {draws} draws" if draws > 1 else ""
+        print(f"plus {e['test_calls']:,} test-set calls ({len(test)} tasks{each}, at the start and the end), about "
+              f"{e['test_tokens']:,} tokens (at most {m['test_tokens']:,}), outside --max-tokens")
+    if probe is None:
+        print("time: unknown until probed (--probe times one real call)")
+    else:
+        took = _duration(probe.seconds)
+        print(f"probe: one call took {took} ({probe.prompt_tokens:,} prompt + {probe.completion_tokens:,} reply "
+              "tokens)")
+        slower = f", every reply {p['slowdown']:.1f} times as long" if p["slowdown"] > 1 else ""
+        print(f"time: about {_duration(p['seconds_expected'])} expected, at most {_duration(p['seconds_max'])} "
+              f"(calls / {p['workers']} workers x {took}{slower}; assumes the server answers {p['workers']} calls "
+              "at once)")
+    return 0
+
+
+def _plan_tree(run: RunDir, spec: dict[str, Any], tasks: Sequence[Task], rounds: int, workers: int, *,
+               probe: bool) -> int:
+    """``plan`` of a tree run (``init --tree``): only the proposals call the model; the tests cost no tokens.
+
+    The most: one proposal per worker a round (a rollout whose test fails proposes), each
+    sending the edit template, the tree as it is at the start (it grows as edits
+    commit), the longest train test's prompt, what the run and the reward reported (each
+    at most ``MAX_FEEDBACK_CHARS`` characters), and taking a reply at the per-call limit.
+    The expected spend is not estimated: it depends on how many tests fail.
+
+    Raises:
+        UsageError: ``--probe`` (it times a solve call, which a tree run never makes).
+    """
+    if probe:
+        raise UsageError("--probe: not for a tree run yet; its model only writes proposals (the tests run in the "
+                         "sandbox), and the probe times a solve call")
+    strategy = make_strategy(spec, tasks)
+    start = estimate_tokens(strategy.render(initial_state(spec, strategy, run.path)))
+    train, held = Split(held_out_frac=spec.get("held_out_frac", 0.4), stratify=spec.get("stratify")).split(
+        tasks, int(spec.get("seed", 0)))
+    prompt = max(estimate_tokens(t.prompt) for t in train)
+    reported = 2 * (MAX_FEEDBACK_CHARS // 4 + 40)  # the run's output and the reward's feedback, each a test's line
+    limit = spec.get("call_tokens")
+    reply = int(limit) if limit else UNLIMITED_REPLY
+    template = estimate_tokens(DEFAULT_EDIT_TEMPLATE.format(artifact="", prompt="", output="", reward=0.0,
+                                                            task_id="", feedback="", feedback_text=""))
+    per_call = template + start + prompt + reported + FRAMING_MAX + reply
+    proposer = spec.get("proposer") or {"model": spec.get("model")}
+    print(f"{len(tasks)} tests: {len(train)} train, {len(held)} held out; {rounds} rounds of {workers} workers")
+    print(f"the tests run in the sandbox and cost no tokens; only the proposals call the model ({proposer['model']}): "
+          "at most one per worker a round, when its test fails")
+    rows = [("at most, a round", workers, workers * per_call), ("at most, the run", rounds * workers,
+                                                                 rounds * workers * per_call)]
+    width, twidth = max(len(f"{rounds * workers:,}"), 5), max(len(f"{rounds * workers * per_call:,}"), 6)
+    print(f"  {'':<18} {'calls':>{width}}  {'tokens':>{twidth}}")
+    for label, calls, tokens in rows:
+        print(f"  {label:<18} {calls:>{width},}  {tokens:>{twidth},}")
+    bound = f"the per-call limit ({reply:,} tokens)" if limit else (
+        f"{reply} tokens (no per-call limit is set, so this is no bound: init --call-tokens)")
+    print(f"a proposal sends the tree ({start:,} tokens at the start; more as edits commit), the failing test (up to "
+          f"{prompt:,}) and what its run reported (up to {reported:,}); replies at {bound}")
+    timeout = (spec.get("tree") or {}).get("timeout")
+    print(f"expected: not estimated for a tree run (it depends on how many tests fail); each new tree costs one "
+          f"suite run in the sandbox (up to {timeout:g} s), no tokens")
+    return 0

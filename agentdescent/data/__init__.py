@@ -1,0 +1,26 @@
+"""Data: rows from the Hugging Face datasets-server and ModelScope, with an on-disk cache.
+
+Owns the dataloaders (`loader`; also importable as ``agentdescent.dataloader``, SPEC §10). Imports
+only the ground floor (the HTTP helper, the clock, the failure rule); it must not import the
+engine, the merge or the command line.
+"""
+
+from .loader import (
+    DEFAULT_HF_ENDPOINT,
+    DEFAULT_MODELSCOPE_ENDPOINT,
+    DataLoadError,
+    cache_root,
+    hf_rows,
+    hf_rows_modelscope,
+    normalize_hotpotqa_row,
+)
+
+__all__ = [
+    "cache_root",
+    "DataLoadError",
+    "DEFAULT_HF_ENDPOINT",
+    "DEFAULT_MODELSCOPE_ENDPOINT",
+    "hf_rows",
+    "hf_rows_modelscope",
+    "normalize_hotpotqa_row",
+]

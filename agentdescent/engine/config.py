@@ -1,0 +1,673 @@
+"""A run's configuration: every knob of `evolve` and `async_evolve`, declared, defaulted and documented once.
+
+This module owns `RunConfig` and the four knob families it is composed of — `Split` (how
+the tasks split into train and held-out), `Limits` (when a run stops), `Retry` (how
+backend failures are retried) and `Schedule` (workers, threads, snapshots, async pacing)
+— each a small frozen value that validates itself when it is built, so a bad knob raises
+an `agentdescent.errors.InvalidArgument` naming it before anything runs. The engines'
+keyword arguments are these fields: `RunConfig.from_keywords` routes each flat keyword
+(``rounds=``, ``held_out_frac=``...) to its family, and `engine_signature` writes the
+engines' signatures from the same fields, so a default lives in exactly one place.
+
+It also owns the task split itself (`Split.split`, `Split.cheap_subset`). It must not
+open a ledger, start a thread or call anything the user passed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import difflib
+import inspect
+import os
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..budget.allocator import AllocatorPolicy
+from ..clock import Clock, as_clock
+from ..errors import ContractError, GovernanceError, InvalidArgument, InvalidArgumentType
+from ..ledger import Ledger
+from ..merge.aggregator import AggregatorConfig
+from ..merge.governance import ArtifactInfo, Layer, classify
+from ..merge.staleness import StalenessPolicy, get_policy
+from ..merge.strategies import Strategy
+from ..model import Agent
+from ..seams import adopt, unwrap
+from ..types import Task, stable_hash
+from ..usage import Usage
+from ..validation import (
+    check_bool,
+    check_callable,
+    check_fraction,
+    check_int,
+    check_seconds,
+    check_text,
+    is_int,
+)
+
+__all__ = [
+    "ASYNC_DEFAULTS",
+    "ASYNC_ENGINE",
+    "MAX_WORKERS",
+    "SYNC_ENGINE",
+    "Limits",
+    "Retry",
+    "RunConfig",
+    "Schedule",
+    "Split",
+    "engine_signature",
+]
+
+#: The most workers (and pool threads) one run may start: each is an OS thread.
+MAX_WORKERS = 1024
+
+#: The one default `async_evolve` gives differently: a barrier-free run needs a stop rule,
+#: so it stops after 20 seconds unless told otherwise.
+ASYNC_DEFAULTS: Mapping[str, Any] = {"max_seconds": 20.0}
+
+#: The two engines a config is built for: rounds with a barrier, or workers and one merger.
+SYNC_ENGINE, ASYNC_ENGINE = "sync", "async"
+_SYNC, _ASYNC = SYNC_ENGINE, ASYNC_ENGINE
+
+
+def _only(engine: str) -> dict[str, str]:
+    """Field metadata: the knob applies to one engine only."""
+    return {"engine": engine}
+
+
+# =========================================================================== the families
+
+
+@dataclass(frozen=True)
+class Split:
+    """How the tasks split into train (what workers roll out) and held-out (what acceptance scores).
+
+    Args:
+        held_out_frac: share of tasks held out, strictly between 0 and 1.
+        shuffle: shuffle the tasks (seeded) before the split; False keeps the positional
+            split (the last tasks held out). On by default: sorted task files would
+            otherwise hold out whole categories no worker ever sees.
+        stratify: a ``task.meta`` key: split each of its values on its own, so every
+            category is on both sides (a category of one task stays in train).
+        cheap_eval_tasks: size of (or the tasks of) the cheap scoring subset that conflict
+            resolution, rebase checks and the fusion tournament rank on (default
+            ``min(held_out, max(8, held_out // 4))``, drawn from the held-out tasks).
+        test_tasks: a test set: tasks the run never uses for any decision (not among
+            ``tasks``), on which the starting and the final head are scored
+            (``result.test_initial``, ``result.test_final``, ``result.test``; see
+            `agentdescent.engine.testset`).
+        test_repeats: draws per test task (more than 1 with a sampled model narrows the
+            interval of the difference).
+
+    Raises:
+        InvalidArgument: a knob out of range (named).
+    """
+
+    held_out_frac: float = 0.4
+    shuffle: bool = True
+    stratify: str | None = None
+    cheap_eval_tasks: int | Sequence[Task] | None = None
+    test_tasks: Sequence[Task] | None = None
+    test_repeats: int = 1
+
+    def __post_init__(self) -> None:
+        check_int(self.test_repeats, "test_repeats", low=1, hint="draws per test task")
+        test = self.test_tasks
+        if test is not None:
+            if isinstance(test, (str, bytes, Mapping)) or not isinstance(test, Sequence) or not test or not all(
+                isinstance(t, Task) for t in test
+            ):
+                raise InvalidArgumentType(f"test_tasks={test!r:.80}: give a non-empty list of Task, or None")
+            if len({t.id for t in test}) != len(test):
+                raise InvalidArgument("test_tasks: two test tasks share an id; give each its own id")
+        check_fraction(self.held_out_frac, "held_out_frac", low_open=True, high_open=True,
+                       hint="a fraction strictly between 0 and 1: the share of tasks held out for acceptance")
+        check_bool(self.shuffle, "shuffle")
+        check_text(self.stratify, "stratify", optional=True, hint="a task.meta key")
+        cheap = self.cheap_eval_tasks
+        if cheap is None:
+            return
+        if is_int(cheap):
+            check_int(cheap, "cheap_eval_tasks", low=1, hint="a count, or a list of tasks")
+        elif isinstance(cheap, (str, bytes, Mapping)) or not isinstance(cheap, Sequence) or not cheap or not all(
+            isinstance(t, Task) for t in cheap
+        ):
+            raise InvalidArgumentType(
+                f"cheap_eval_tasks={cheap!r:.80}: give a count >= 1, or a non-empty sequence of Task objects"
+            )
+
+    def split(self, tasks: Sequence[Task], seed: int) -> tuple[list[Task], list[Task]]:
+        """``(train, held_out)``: a seeded shuffle, stratified by a meta key if named.
+
+        The same seed gives the same split on every machine.
+
+        Raises:
+            ContractError: ``stratify`` names a key some task's meta lacks, or every group
+                is too small to hold out a task.
+        """
+        ordered = list(tasks)
+        rng = random.Random(stable_hash(seed, "shuffle"))
+        if self.stratify is None:
+            if self.shuffle:
+                rng.shuffle(ordered)
+            n_held = min(len(ordered) - 1, max(1, round(len(ordered) * self.held_out_frac)))
+            return ordered[: len(ordered) - n_held], ordered[len(ordered) - n_held:]
+        groups: dict[str, list[Task]] = {}
+        for task in ordered:
+            if self.stratify not in task.meta:
+                raise ContractError(
+                    f"stratify={self.stratify!r}: task {task.id!r} has no meta[{self.stratify!r}]; give "
+                    "every task that key, or stratify=None"
+                )
+            groups.setdefault(str(task.meta[self.stratify]), []).append(task)
+        train: list[Task] = []
+        held: list[Task] = []
+        for key in sorted(groups):
+            group = groups[key]
+            if self.shuffle:
+                rng.shuffle(group)
+            n_held = min(len(group) - 1, round(len(group) * self.held_out_frac))
+            train += group[: len(group) - n_held]
+            held += group[len(group) - n_held:]
+        if not held or not train:
+            raise ContractError(
+                f"stratify={self.stratify!r}: every group is too small to hold out a task; use fewer "
+                "groups, more tasks, or stratify=None"
+            )
+        return train, held
+
+    def cheap_subset(self, held_out: Sequence[Task], seed: int) -> list[Task]:
+        """The cheap scoring subset: the given tasks, or a seeded draw from ``held_out``."""
+        cheap = self.cheap_eval_tasks
+        if cheap is not None and not is_int(cheap):
+            return list(cheap)
+        k = min(len(held_out), max(8, len(held_out) // 4)) if cheap is None else min(len(held_out), cheap)
+        ranked = sorted(held_out, key=lambda t: stable_hash(seed, "cheap", t.id))
+        return ranked[:k]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a run stops: the first of these to bind ends it, and ``stop_reason`` names it.
+
+    Args:
+        rounds: sync rounds this call runs (`evolve` only). On a ledger that holds the
+            run's saved progress they come on top of the rounds it already did (numbered
+            on from them); ``0`` runs nothing: no call at all, the result is the saved run's
+            (what a finished run has left).
+        max_seconds: stop admitting work after this many seconds of the run's clock.
+        grace_seconds: how long work in flight may run past ``max_seconds``; the call
+            returns by ``max_seconds + grace_seconds`` whatever the backend does.
+        max_rollouts: rollouts this call admits in all (the last sync round is cut short
+            to honour it; every admitted async rollout is merged before the stop); ``0``
+            runs nothing, as ``rounds=0``.
+        max_tokens: the run's token budget. It binds on every meter the run's calls record
+            into (the provider's, the agent's, ``usage``): checked before admitting work
+            (a sync round: the mean round so far must still fit; an async rollout: the
+            spend of the work admitted and not yet merged, its merges' evaluation
+            included, and its own) and after every merge; once it is spent no new call
+            starts and no running call is retried, so a run ends within ``max_tokens``
+            plus what the calls then in flight spend. It also thins optional spend as it
+            runs out (see `agentdescent.budget.governor.BudgetGovernor`).
+        target_reward: stop once the held-out reward reaches this.
+        patience: stop after this many rounds' worth of rollouts (``n_workers`` each,
+            in both engines) merged without a new best held-out reward.
+        stop_on_diminishing_returns: with a budget, stop when reward per token stalls.
+        test_in_budget: count the test set's calls (phase ``test``) against
+            ``max_tokens``; by default they are metered but outside the budget.
+
+    Raises:
+        InvalidArgument: a knob out of range (named).
+    """
+
+    rounds: int = field(default=15, metadata=_only(_SYNC))
+    max_seconds: float | None = None
+    grace_seconds: float = 2.0
+    max_rollouts: int | None = None
+    max_tokens: int | None = None
+    target_reward: float | None = None
+    patience: int | None = None
+    stop_on_diminishing_returns: bool = False
+    test_in_budget: bool = False
+
+    def __post_init__(self) -> None:
+        check_bool(self.test_in_budget, "test_in_budget")
+        check_int(self.rounds, "rounds", low=0, hint="0 runs nothing (a finished run resumed)")
+        check_seconds(self.max_seconds, "max_seconds", positive=True, optional=True)
+        check_seconds(self.grace_seconds, "grace_seconds")
+        check_int(self.max_rollouts, "max_rollouts", low=0, optional=True, hint="0 runs nothing")
+        check_int(self.max_tokens, "max_tokens", low=1, optional=True, hint="the run's token budget")
+        check_fraction(self.target_reward, "target_reward", optional=True, hint="a held-out reward in [0, 1]")
+        check_int(self.patience, "patience", low=1, optional=True)
+        check_bool(self.stop_on_diminishing_returns, "stop_on_diminishing_returns")
+
+    def check_async_stop_rule(self) -> None:
+        """Refuse an asynchronous run with nothing to end it (its workers never wait for a round).
+
+        Raises:
+            InvalidArgument: none of ``max_seconds``, ``max_rollouts``, ``target_reward``,
+                ``max_tokens`` and ``patience`` is set.
+        """
+        if all(v is None for v in (self.max_seconds, self.max_rollouts, self.target_reward,
+                                   self.max_tokens, self.patience)):
+            raise InvalidArgument(
+                "an asynchronous run (async_evolve, or evolve(asynchronous=True)) needs a stop rule: "
+                "give max_seconds, max_rollouts, target_reward, patience or max_tokens"
+            )
+
+    def hard_deadline(self, started: float) -> float | None:
+        """The clock reading by which the run returns: ``started + max_seconds + grace_seconds``."""
+        return None if self.max_seconds is None else started + self.max_seconds + self.grace_seconds
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How a run treats a failing backend (see the Failures page).
+
+    Args:
+        call_attempts: attempts of a call that raises something other than a
+            `agentdescent.errors.ProviderError` (a provider retries on its own; a
+            non-retryable provider error ends the run at once).
+        failure_limit: failed calls in a row of one phase (rollout, proposal, self-verify,
+            evaluation) that end the run with ``error`` set.
+
+    Raises:
+        InvalidArgument: a knob out of range (named).
+    """
+
+    call_attempts: int = 3
+    failure_limit: int = 3
+
+    def __post_init__(self) -> None:
+        check_int(self.call_attempts, "call_attempts", low=1, high=100)
+        check_int(self.failure_limit, "failure_limit", low=1)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How work is scheduled: workers, threads, snapshot refreshes, async pacing.
+
+    Args:
+        n_workers: workers (rollouts per sync round; worker threads in async).
+        max_concurrency: threads for the run's calls when no ``executor`` is given
+            (`evolve` only; 1 is serial and bit-for-bit repeatable).
+        refresh_interval: a worker re-reads the head every this many rounds, staggered by
+            worker id, so diffs can be stale (`evolve` only; 1 means always fresh).
+        async_ratio: an async worker resyncs once the head is more than this many
+            versions past its snapshot (with ``evolve(asynchronous=True)`` too). Set it no
+            higher than the staleness policy's alpha, or stale cards get discarded.
+        pacing: admission pacing (`async_evolve` only; the AReaL capacity rule): at most
+            ``(alpha + v + 1) * n_workers`` rollouts admitted by merger sweep ``v``, each
+            starting on the current head, so the expected staleness at merge stays
+            within alpha.
+        max_pending: queued cards at which async workers wait for the merger (default
+            ``2 * n_workers``).
+        stall_sweeps: sweeps without a commit after which every async worker is forced to
+            resync (default ``max(3, n_workers)``).
+
+    Raises:
+        InvalidArgument: a knob out of range (named).
+    """
+
+    n_workers: int = 4
+    max_concurrency: int = field(default=1, metadata=_only(_SYNC))
+    refresh_interval: int = field(default=1, metadata=_only(_SYNC))
+    async_ratio: int = 3
+    pacing: bool = field(default=False, metadata=_only(_ASYNC))
+    max_pending: int | None = field(default=None, metadata=_only(_ASYNC))
+    stall_sweeps: int | None = field(default=None, metadata=_only(_ASYNC))
+
+    def __post_init__(self) -> None:
+        check_int(self.n_workers, "n_workers", low=1, high=MAX_WORKERS)
+        check_int(self.max_concurrency, "max_concurrency", low=1, high=MAX_WORKERS)
+        check_int(self.refresh_interval, "refresh_interval", low=1)
+        check_int(self.async_ratio, "async_ratio", low=0)
+        check_bool(self.pacing, "pacing")
+        check_int(self.max_pending, "max_pending", low=1, optional=True)
+        check_int(self.stall_sweeps, "stall_sweeps", low=1, optional=True)
+
+
+_FAMILIES: dict[str, type] = {"split": Split, "limits": Limits, "retry": Retry, "schedule": Schedule}
+
+
+# =========================================================================== the run's config
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one run is told: what to evolve, on what, how, and the four knob families.
+
+    Built by the engines from their keywords (`from_keywords`), or by hand and passed as
+    ``evolve(tasks, reward, config=...)``. Building one validates every knob (and adopts
+    duck-typed seams: an allocator with ``decide``/``observe``, an agent with
+    ``solve``/``propose``), so a bad one raises before anything runs.
+
+    Args:
+        tasks: at least 4 tasks with unique ids; split into train and held-out by ``split``.
+        reward: ``reward(task, output) -> float | Score`` in [0, 1] (`agentdescent.Score`:
+            a float with feedback, which reaches the proposer).
+        agent: an object with ``solve(rendered, task)`` and ``propose(rendered, task,
+            output, reward)`` (alternative to ``run``/``propose``); its meter, if any, is
+            forwarded into the run's. With ``run`` too, the agent only proposes and ``run``
+            solves (a code suite: `agentdescent.code.TestSuite`); a strategy that names the
+            proposals it reads (``proposal_mode``, ``"edit"`` for `agentdescent.code.FileTree`)
+            refuses an agent in another mode.
+        run: ``run(rendered, task) -> str``.
+        propose: ``propose(rendered, task, output, reward) -> str | None``.
+        strategy: what the artifact is (default `agentdescent.merge.strategies.AppendRules`).
+        initial_state: the starting state (default ``strategy.initial()``); ignored when
+            the ledger already holds the artifact (resume).
+        blast_radius: in [0, 1]; above 0.30 the artifact is slow (L1, oracle-gated).
+        artifact_id: the artifact's id in the ledger (reserved ids are refused).
+        seed: seeds the task order, the split, the cheap subset and every decision's order.
+        self_verify: re-run the proposing task on the patched artifact before merging.
+        staleness_policy: a `agentdescent.merge.staleness.StalenessPolicy` or its name (default
+            ``"guarded"``).
+        agg_config: aggregator knobs (`agentdescent.merge.aggregator.AggregatorConfig`).
+        aggregator_factory: builds the aggregator (see `agentdescent.engine.runtime.AggregatorFactory`).
+        fusion_tournament: overrides ``agg_config.fusion_tournament``.
+        allocator: a learning allocator the budget governor consults (an
+            `agentdescent.budget.allocator.AllocatorPolicy`, or any object with ``decide`` and
+            ``observe``).
+        ledger: a path (a `agentdescent.ledger.SqliteLedger`, resumed if it holds this
+            run: see ``resume``), a `agentdescent.ledger.Ledger`, or None (in memory).
+        usage: a meter that also receives every token the run records (``result.usage``
+            is the run's own meter, counting this run only).
+        executor: a ``concurrent.futures.Executor`` for the run's calls (default: a pool of
+            daemon threads): a thread pool, a ``ProcessPoolExecutor``, or Dask's
+            ``Client(...).get_executor()``. On anything but a thread pool the callables
+            and the tasks are pickled first: what does not pickle is a `ContractError`.
+        on_round: called with each `agentdescent.engine.result.RoundInfo`.
+        progress: show a progress bar.
+        clock: the time source for every deadline and wait (default real time;
+            `agentdescent.testing.ManualClock` in tests): a `agentdescent.clock.Clock`, or a
+            ``() -> float`` function of real-time seconds.
+        resume: on a ledger that holds this run's saved progress, continue it (round
+            numbering, spend, history, counters, stop-rule, allocator and task-order
+            state); False starts the counters over on the same artifact head.
+        run_id: this driver's run id, to share the artifact with other drivers on one
+            ledger file (each with its own): the run keeps its own progress and signs its
+            commits (see `agentdescent.ledger.SqliteLedger`'s ``run_id``). None (the
+            default): the run holds the artifact alone, and a second unshared run on it
+            while this one runs is refused with `agentdescent.errors.LedgerBusy`.
+        split: how the tasks split (`Split`; its fields are also keywords of the engines).
+        limits: when the run stops (`Limits`; likewise).
+        retry: how failures are retried (`Retry`; likewise).
+        schedule: how work is scheduled (`Schedule`; likewise).
+
+    Raises:
+        InvalidArgument: a bad knob (named, with the accepted values).
+        InvalidArgumentType: a knob or callable of the wrong type or shape.
+        GovernanceError: a reserved (frozen) artifact id.
+    """
+
+    tasks: Sequence[Task]
+    reward: Callable[[Task, str], Any]
+    agent: Any = None
+    run: Callable[[str, Task], str] | None = None
+    propose: Callable[..., str | None] | None = None
+    strategy: Strategy | None = None
+    initial_state: Mapping[str, str] | None = None
+    blast_radius: float = 0.2
+    artifact_id: str = "artifact"
+    seed: int = 0
+    self_verify: bool = True
+    staleness_policy: StalenessPolicy | str | None = None
+    agg_config: AggregatorConfig | None = None
+    aggregator_factory: Callable[..., Any] | None = None
+    fusion_tournament: bool | None = None
+    allocator: Any = None
+    ledger: Ledger | str | os.PathLike[str] | None = None
+    usage: Usage | None = None
+    executor: concurrent.futures.Executor | None = None
+    on_round: Callable[..., None] | None = None
+    progress: bool = False
+    clock: Clock | Callable[[], float] | None = None
+    resume: bool = True
+    run_id: str | None = None
+    split: Split = field(default_factory=Split)
+    limits: Limits = field(default_factory=Limits)
+    retry: Retry = field(default_factory=Retry)
+    schedule: Schedule = field(default_factory=Schedule)
+
+    def _check_run_id(self) -> None:
+        if self.run_id is None:
+            return
+        if not isinstance(self.run_id, str) or not self.run_id.strip():
+            raise InvalidArgument(f"run_id={self.run_id!r}: give a non-empty str naming this driver (e.g. "
+                                  "'driver-1'), or None for a run that holds the artifact alone")
+        if self.ledger is None:
+            raise InvalidArgument(f"run_id={self.run_id!r} shares a ledger file, but ledger=None is the run's own "
+                                  "in-memory ledger; pass ledger=PATH, or drop run_id")
+        if not isinstance(self.ledger, (str, os.PathLike)) and getattr(self.ledger, "run_id", None) != self.run_id:
+            raise InvalidArgument(
+                f"run_id={self.run_id!r} with a ledger object whose run id is "
+                f"{getattr(self.ledger, 'run_id', None)!r}: pass ledger=PATH with run_id, or give the run id to "
+                f"the ledger itself (SqliteLedger(path, run_id={self.run_id!r})) and leave run_id out")
+
+    def __post_init__(self) -> None:
+        tasks = self.tasks
+        if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Sequence):
+            raise InvalidArgumentType(f"tasks must be a sequence of Task, got {type(tasks).__name__}")
+        bad = [t for t in tasks if not isinstance(t, Task)]
+        if bad:
+            raise InvalidArgumentType(
+                f"tasks must all be agentdescent.Task; got {type(bad[0]).__name__} ({bad[0]!r:.60})"
+            )
+        if len(tasks) < 4:
+            raise InvalidArgument(f"tasks has {len(tasks)} task(s): give at least 4 (some train, some held out)")
+        seen: set[str] = set()
+        for t in tasks:
+            if t.id in seen:
+                raise InvalidArgument(f"duplicate task id {t.id!r}: task ids must be unique")
+            seen.add(t.id)
+        check_callable(self.reward, "reward", "reward(task, output) -> float | Score", arity=2)
+        clash = sorted({t.id for t in self.split.test_tasks or ()} & seen)
+        if clash:
+            raise InvalidArgument(
+                f"test_tasks: {len(clash)} test task(s) are also run tasks ({clash[0]!r}...): a test set "
+                "holds tasks the run never uses for a decision; take them out of tasks"
+            )
+        check_text(self.artifact_id, "artifact_id", hint="the artifact's id in the ledger")
+        check_fraction(self.blast_radius, "blast_radius", hint="above 0.30 the artifact is slow (L1)")
+        if not is_int(self.seed):
+            raise InvalidArgumentType(f"seed={self.seed!r}: use an int")
+        check_bool(self.self_verify, "self_verify")
+        check_bool(self.fusion_tournament, "fusion_tournament", optional=True)
+        check_bool(self.progress, "progress")
+        check_bool(self.resume, "resume")
+        self._check_run_id()
+        for name, family in _FAMILIES.items():
+            if not isinstance(getattr(self, name), family):
+                raise InvalidArgumentType(f"{name}={getattr(self, name)!r:.80}: pass an agentdescent.{family.__name__}")
+        if self.strategy is not None:
+            object.__setattr__(self, "strategy", adopt(self.strategy, Strategy, "strategy"))
+        if self.initial_state is not None and (not isinstance(self.initial_state, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.initial_state.items()
+        )):
+            raise InvalidArgumentType(
+                f"initial_state={self.initial_state!r:.80}: an artifact state is a flat dict of str to str"
+            )
+        policy = self.staleness_policy
+        if isinstance(policy, str):
+            object.__setattr__(self, "staleness_policy", get_policy(policy))
+        elif policy is not None:
+            object.__setattr__(self, "staleness_policy", adopt(policy, StalenessPolicy, "staleness_policy"))
+        if self.agg_config is not None and not isinstance(self.agg_config, AggregatorConfig):
+            raise InvalidArgumentType(f"agg_config={self.agg_config!r:.80}: pass an agentdescent.AggregatorConfig")
+        check_callable(self.aggregator_factory, "aggregator_factory", "see agentdescent.engine.runtime.AggregatorFactory",
+                       optional=True)
+        if self.allocator is not None:
+            object.__setattr__(self, "allocator", adopt(self.allocator, AllocatorPolicy, "allocator"))
+        if self.ledger is not None and not isinstance(self.ledger, (str, os.PathLike)):
+            object.__setattr__(self, "ledger", adopt(
+                self.ledger, Ledger, "ledger", fix="pass a path (a SqliteLedger file), or None (in memory)"))
+        if self.usage is not None and not isinstance(self.usage, Usage):
+            raise InvalidArgumentType(f"usage={self.usage!r}: pass an agentdescent.Usage meter or None")
+        if self.executor is not None and not isinstance(self.executor, concurrent.futures.Executor):
+            raise InvalidArgumentType(f"executor={self.executor!r}: pass a concurrent.futures.Executor or None")
+        check_callable(self.on_round, "on_round", "on_round(round_info)", arity=1, optional=True)
+        object.__setattr__(self, "clock", as_clock(self.clock))
+        self._check_callables()
+        if classify(ArtifactInfo(self.artifact_id, self.blast_radius)) is Layer.L0_FROZEN:
+            raise GovernanceError(f"artifact_id={self.artifact_id!r} is reserved and frozen (L0); choose another id")
+
+    def _check_callables(self) -> None:
+        agent, run, propose = self.agent, self.run, self.propose
+        if agent is not None:
+            if propose is not None:
+                raise InvalidArgument("pass either agent= or propose=, not both (agent= proposes)")
+            if run is not None:
+                # the agent proposes, run= solves (a code suite runs the tests itself)
+                check_callable(run, "run", "run(rendered, task) -> str", arity=2)
+            object.__setattr__(self, "agent", adopt(agent, Agent, "agent"))
+            wanted = getattr(self.strategy, "proposal_mode", None)
+            mode = getattr(unwrap(self.agent), "proposal", None)
+            if isinstance(wanted, str) and isinstance(mode, str) and mode != wanted:
+                raise InvalidArgument(
+                    f"agent= proposes in {mode!r} mode, but strategy={self.strategy!r:.80} reads {wanted!r} "
+                    f"proposals; give LLMAgent(..., proposal={wanted!r})")
+            return
+        if run is None or propose is None:
+            missing = [n for n, v in (("run", run), ("propose", propose)) if v is None]
+            raise InvalidArgument(
+                f"missing {' and '.join(missing)}: pass run(rendered, task) and "
+                "propose(rendered, task, output, reward), or an agent= with solve() and propose()"
+            )
+        check_callable(run, "run", "run(rendered, task) -> str", arity=2)
+        check_callable(propose, "propose", "propose(rendered, task, output, reward) -> str | None", arity=4)
+
+    # ----------------------------------------------------------------- what the run uses
+
+    @property
+    def solve_fn(self) -> Callable[[str, Task], str]:
+        """The run's ``solve(rendered, task)``: ``run`` when given, else the agent's."""
+        return self.run if self.run is not None else self.agent.solve  # type: ignore[return-value]
+
+    @property
+    def propose_fn(self) -> Callable[..., str | None]:
+        """The run's ``propose(rendered, task, output, reward)``: the agent's, or ``propose``."""
+        return self.agent.propose if self.agent is not None else self.propose  # type: ignore[return-value]
+
+    def travelling(self) -> list[tuple[str, Any]]:
+        """The callables a remote executor must receive, by argument name."""
+        named = ([("agent", unwrap(self.agent))] if self.agent is not None else [("propose", self.propose)])
+        if self.run is not None:
+            named.insert(0, ("run", self.run))
+        return [*named, ("reward", self.reward)]
+
+    def aggregator_config(self) -> AggregatorConfig:
+        """``agg_config`` with ``fusion_tournament`` applied, and the split's ``stratify`` key as its ``group_key``."""
+        cfg = self.agg_config if self.agg_config is not None else AggregatorConfig()
+        if self.fusion_tournament is not None:
+            cfg = dataclasses.replace(cfg, fusion_tournament=self.fusion_tournament)
+        if cfg.group_key is None and self.split.stratify is not None:
+            cfg = dataclasses.replace(cfg, group_key=self.split.stratify)
+        return cfg
+
+    # ----------------------------------------------------------------- from keywords
+
+    @classmethod
+    def from_keywords(cls, tasks: Sequence[Task], reward: Callable[[Task, str], Any], *, engine: str,
+                      **keywords: Any) -> RunConfig:
+        """The config of one engine call: each keyword to its field, or to its family's field.
+
+        Args:
+            tasks: the tasks.
+            reward: the reward.
+            engine: ``"sync"`` (`evolve`) or ``"async"`` (`async_evolve`); a family knob
+                that only the other engine reads is refused.
+            **keywords: the engine's keyword arguments.
+
+        Raises:
+            InvalidArgument: an unknown keyword (with the closest known one), a knob the
+                engine cannot apply, or a family given both whole and by its fields.
+            InvalidArgumentType: see `RunConfig`.
+        """
+        top = {f.name for f in dataclasses.fields(cls)} - {"tasks", "reward"}
+        flat = _flat_fields()
+        direct: dict[str, Any] = {}
+        by_family: dict[str, dict[str, Any]] = {name: {} for name in _FAMILIES}
+        for name, value in keywords.items():
+            if name in _FAMILIES and value is None:
+                continue  # the signature's default: the family's fields decide
+            if name in top:
+                direct[name] = value
+            elif name in flat:
+                family, fld = flat[name]
+                only = fld.metadata.get("engine")
+                if only is not None and only != engine:
+                    raise InvalidArgument(_not_for(name, engine))
+                by_family[family][name] = value
+            else:
+                known = sorted(top | set(flat))
+                close = difflib.get_close_matches(name, known, n=1)
+                raise InvalidArgumentType(
+                    f"unknown keyword {name}={value!r:.60}" + (f"; did you mean {close[0]}=?" if close else "")
+                    + " (every keyword is a field of RunConfig, Split, Limits, Retry or Schedule)"
+                )
+        if engine == _ASYNC and "limits" not in direct:
+            for name, default in ASYNC_DEFAULTS.items():
+                by_family["limits"].setdefault(name, default)
+        for family, values in by_family.items():
+            if not values:
+                continue
+            if family in direct:
+                raise InvalidArgument(
+                    f"{family}= and {', '.join(f'{k}=' for k in values)} both given: pass the "
+                    f"{_FAMILIES[family].__name__} whole, or its fields as keywords, not both"
+                )
+            direct[family] = _FAMILIES[family](**values)
+        config = cls(tasks, reward, **direct)
+        if engine == _ASYNC:
+            config.limits.check_async_stop_rule()
+        return config
+
+
+def _flat_fields() -> dict[str, tuple[str, dataclasses.Field[Any]]]:
+    """Each family field's name -> (its family's keyword, the field)."""
+    out: dict[str, tuple[str, dataclasses.Field[Any]]] = {}
+    for family, cls in _FAMILIES.items():
+        for fld in dataclasses.fields(cls):
+            out[fld.name] = (family, fld)
+    return out
+
+
+def _not_for(name: str, engine: str) -> str:
+    if engine == _ASYNC:
+        return (
+            f"{name}= cannot apply to an asynchronous run: async workers are n_workers threads whose "
+            "calls run on executor=, staleness is bounded by async_ratio, and the run stops on "
+            "max_seconds/max_rollouts/target_reward/patience/max_tokens; drop it"
+        )
+    return f"{name}= applies to async_evolve (or evolve(asynchronous=True)) only; drop it, or run asynchronously"
+
+
+def engine_signature(engine: str, extras: Sequence[inspect.Parameter] = ()) -> inspect.Signature:
+    """The signature of an engine, written from the config's fields (the one home of every default).
+
+    ``tasks`` and ``reward`` come first; then, keyword-only, every field of `RunConfig`,
+    every field of its families that applies to ``engine`` (with `ASYNC_DEFAULTS` for the
+    async engine), and ``extras``.
+    """
+    params = [
+        inspect.Parameter("tasks", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Sequence[Task]"),
+        inspect.Parameter("reward", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Callable[[Task, str], float]"),
+    ]
+    kw = inspect.Parameter.KEYWORD_ONLY
+    for fld in dataclasses.fields(RunConfig):
+        if fld.name in ("tasks", "reward") or fld.name in _FAMILIES:
+            continue
+        params.append(inspect.Parameter(fld.name, kw, default=fld.default, annotation=fld.type))
+    for _, (_, fld) in _flat_fields().items():
+        only = fld.metadata.get("engine")
+        if only is not None and only != engine:
+            continue
+        default = ASYNC_DEFAULTS.get(fld.name, fld.default) if engine == _ASYNC else fld.default
+        params.append(inspect.Parameter(fld.name, kw, default=default, annotation=fld.type))
+    for name in _FAMILIES:
+        params.append(inspect.Parameter(name, kw, default=None, annotation=_FAMILIES[name].__name__))
+    params += list(extras)
+    return inspect.Signature(params, return_annotation="EvolutionResult")

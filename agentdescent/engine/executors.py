@@ -1,0 +1,738 @@
+"""Where a run's calls run, and the one runner that runs them: executors, travelling calls, retries, deadlines.
+
+This module owns
+
+- the default executor (`DaemonPool`: daemon threads, so a hung call never keeps the
+  process alive);
+- the shape of one expensive call as it travels to a process pool or a Dask cluster
+  (`Call`, a pure function of picklable inputs run by `run_call`, which brings back a
+  `CallResult` with the call's output, reward and recorded tokens), the check that what
+  travels pickles (`check_travel`), and scoring an output under both contracts
+  (`score_output`);
+- `CallRunner`: every backend call of a run goes through it. It runs the call inline on a
+  thread pool or submits it to another executor, applies the failure rule
+  (`agentdescent.failures.judge`) to each failed attempt, counts failures in a row per
+  phase, replays a travelling call's tokens into the run's meters once, and never waits
+  past the run's hard deadline: every wait is on the run's clock, woken by the futures
+  it waits for. It gives each call a `agentdescent.clock.StopSignal` (in the thread's
+  `stop_scope`, where the providers' retry loops read it): once the token budget is
+  spent, or the run is over (`end_work`, `close`), no call makes a new attempt, and
+  `running_calls` says which are still on the wire.
+
+It knows nothing of ledgers, cards or rounds.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import os
+import pickle
+import queue
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
+
+from ..clock import Clock, StopSignal, notify_when_done, stop_scope
+from ..errors import (
+    BackendFailure,
+    ContractError,
+    GovernanceError,
+    ProviderError,
+    RunFailed,
+    RunTimeout,
+)
+from ..failures import Verdict, ends_run, judge
+from ..rewards.builtin import Score, check_reward
+from ..types import Task, sanitize_text
+from ..usage import Usage, recording, replay_usage, run_meters, usage_phase, worker_scope
+from .counters import Counters
+
+__all__ = [
+    "Call",
+    "CallResult",
+    "CallRunner",
+    "DaemonPool",
+    "calls_a_model",
+    "check_travel",
+    "executor_gave_up",
+    "run_call",
+    "runs_in_process",
+    "score_output",
+]
+
+logger = logging.getLogger("agentdescent.executors")
+
+
+def score_output(reward: Callable[[Task, str], Any], task: Task, output: Any) -> Score:
+    """The reward of one ``run``/``solve`` output, with both contracts checked (a pure function).
+
+    Returns:
+        The reward as a `agentdescent.rewards.builtin.Score` (a float reward has no feedback).
+
+    Raises:
+        ContractError: the output is not a ``str``.
+        RewardContractError: the reward is not a finite number in [0, 1] (or a `Score`).
+    """
+    if not isinstance(output, str):
+        raise ContractError(
+            f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
+        )
+    return check_reward(task, reward(task, output))
+
+
+def calls_a_model(reward: Any) -> bool:
+    """Whether ``reward`` makes model calls of its own (a judge): they are then calls of the run."""
+    return bool(getattr(reward, "calls_a_model", False))
+
+
+# =========================================================================== the call pool
+
+
+class DaemonPool(concurrent.futures.Executor):
+    """A fixed pool of *daemon* threads: the engines' default executor.
+
+    Unlike `concurrent.futures.ThreadPoolExecutor`, whose threads the interpreter joins at
+    exit, a hung call on this pool never keeps the process alive: after Ctrl-C or a time
+    stop the engine returns and the process can exit at once.
+
+    Args:
+        threads: worker threads (started lazily, up to this many).
+        name: thread name prefix.
+    """
+
+    def __init__(self, threads: int, name: str = "agentdescent") -> None:
+        self._threads = threads
+        self._name = name
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._started: list[threading.Thread] = []
+        self._idle = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        """Schedule ``fn(*args, **kwargs)``; returns its future."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("DaemonPool: submit after shutdown")  # the executor protocol's own error
+            self._queue.put((future, fn, args, kwargs))
+            if self._idle == 0 and len(self._started) < self._threads:
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._started)}", daemon=True)
+                self._started.append(thread)
+                thread.start()
+            else:
+                self._idle -= 1 if self._idle else 0
+        return future
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, fn, args, kwargs = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:  # the future carries it to the waiter
+                    future.set_exception(exc)
+            del item, future
+            with self._lock:
+                self._idle += 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop taking work; with ``cancel_futures`` cancel what has not started."""
+        with self._lock:
+            self._closed = True
+            if cancel_futures:
+                while True:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is not None:
+                        item[0].cancel()
+            for _ in self._started:
+                self._queue.put(None)
+        if wait:
+            for thread in self._started:
+                thread.join()
+
+
+# =========================================================================== calls that travel
+
+
+@dataclass(frozen=True)
+class Call:
+    """One expensive call as it travels to an executor: a pure function of picklable inputs.
+
+    ``fn(*args)`` is a rollout, a self-verify or a held-out evaluation (``solve(rendered,
+    task)``, scored with ``reward`` on ``task``) or a proposal (``propose(rendered, task,
+    output, reward)``, not scored). Nothing in it refers to the run: `run_call` can run it in
+    another process or on another machine, and everything the run needs comes back in its
+    `CallResult`.
+
+    Args:
+        fn: the user's callable (``run``/``propose`` or an agent's bound method).
+        args: its positional arguments.
+        phase: where its tokens go (``"rollout"``, ``"proposal"``, ``"self_verify"``,
+            ``"evaluation"``).
+        worker: the worker it runs for (None for an evaluation).
+        reward: the run's reward, to score the output on ``task`` (None: not scored).
+        task: the task to score on.
+        key: unique per submission (set by the engine), so that a cluster that caches
+            results by their inputs (Dask's ``pure=True``) never merges two rollouts.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    phase: str
+    worker: int | None = None
+    reward: Callable[[Task, str], float] | None = None
+    task: Task | None = None
+    key: str = ""
+
+    def __dask_tokenize__(self) -> str:
+        """Dask's task key for this call: its unique ``key`` (no hashing of the callable)."""
+        return self.key
+
+
+@dataclass
+class CallResult:
+    """What a `Call` brings back: its output, its reward, the tokens it recorded, its errors.
+
+    Args:
+        output: what ``fn`` returned (a ``str`` sanitised with `sanitize_text`).
+        reward: the checked reward of the output (a `agentdescent.rewards.builtin.Score`), when the
+            call is scored.
+        usage: the tokens the call recorded (on any meter, by a provider or by a user
+            callable into the meter it was given), phases kept; None when the call ran in
+            the run's own thread, where they already reached the run's meters.
+        error: what ``fn`` raised (the driver applies the failure rule to it).
+        score_error: what scoring raised (a contract error or the reward's own
+            exception): never retried, as on a thread.
+    """
+
+    output: Any = None
+    reward: Score | None = None
+    usage: Usage | None = None
+    error: Exception | None = None
+    score_error: Exception | None = None
+
+
+def run_call(call: Call) -> CallResult:
+    """Run one `Call` where it landed (a pool thread, another process, a Dask worker).
+
+    The call runs under a fresh meter (`agentdescent.model.recording`) that the result
+    carries back, so its tokens are counted once, on the driver. It never raises for the
+    call's own errors: they come back in the result with the tokens spent before them
+    (as on a thread, where those tokens reach the run's meter too). The output is scored
+    outside the meter, as on a thread.
+    """
+    with recording(call.phase, call.worker) as meter:
+        try:
+            out = call.fn(*call.args)
+        except Exception as exc:
+            return CallResult(usage=meter, error=exc)
+    if isinstance(out, str):
+        out = sanitize_text(out)
+    if call.reward is None or call.task is None:
+        return CallResult(out, usage=meter)
+    try:
+        reward = score_output(call.reward, call.task, out)
+    except Exception as exc:
+        return CallResult(out, usage=meter, score_error=exc)
+    return CallResult(out, reward, meter)
+
+
+def runs_in_process(executor: concurrent.futures.Executor) -> bool:
+    """True for the executors whose calls run in this process's threads (nothing is pickled)."""
+    return isinstance(executor, (DaemonPool, concurrent.futures.ThreadPoolExecutor))
+
+
+def check_travel(travelling: Sequence[tuple[str, Any]], tasks: Sequence[Task],
+                 executor: concurrent.futures.Executor) -> None:
+    """Check that what travels to ``executor`` pickles: the named callables and the tasks.
+
+    Called before the first submission to an executor that is not a thread pool, so a
+    lambda or a closure fails here, naming itself, instead of in a worker process.
+
+    Args:
+        travelling: ``(argument name, value)`` of each callable that travels.
+        tasks: the run's tasks.
+        executor: where they would travel.
+
+    Raises:
+        ContractError: something that must travel does not pickle.
+    """
+    where = type(executor).__name__
+    for name, value in travelling:
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            raise ContractError(
+                f"{name}={value!r:.120} cannot travel to the executor ({where}): pickle.dumps "
+                f"fails with {type(exc).__name__}: {exc}. Calls on a process pool or a Dask "
+                f"cluster are pickled: define {name} at module level (not a lambda or a function "
+                "nested in another), bind extra arguments with functools.partial, keep locks "
+                "and open clients out of it, or run on threads (executor=None or a "
+                "ThreadPoolExecutor)"
+            ) from None
+    for task in tasks:
+        try:
+            pickle.dumps(task)
+        except Exception as exc:
+            raise ContractError(
+                f"task {task.id!r} cannot travel to the executor ({where}): pickle.dumps fails "
+                f"with {type(exc).__name__}: {exc}; keep task.meta to plain data"
+            ) from None
+
+
+def executor_gave_up(exc: BaseException) -> bool:
+    """Dask's ``KilledWorker``: the scheduler already re-ran the call on other workers, then gave up."""
+    distributed = sys.modules.get("distributed")  # only an executor of Dask's can raise it
+    return distributed is not None and isinstance(exc, distributed.KilledWorker)
+
+
+
+# =========================================================================== the runner
+
+
+class CallRunner:
+    """Runs a run's backend calls under its failure rule, on its executor, within its hard deadline.
+
+    One per run (built by `agentdescent.engine.runtime.open_run`). Workers call `call` and
+    `solve_and_score` from their threads; the merge calls `score_tasks`; the sync
+    scheduler fans worker steps out with `map`. On a thread pool a call runs inline in
+    the calling (pool) thread, its tokens reaching the run's meters through the thread's
+    `run_meters` scope; on another executor each attempt is submitted there and its
+    tokens come back with it (`replay_usage`). Either way the same rule judges each failed
+    attempt (`agentdescent.failures.judge`): retry, drop (a `BackendFailure`), end the run
+    (a `RunFailed`, the first of which every later call re-raises without calling the
+    backend), or propagate. Every wait is on the run's clock and ends at the hard
+    deadline (a `RunTimeout`) or when `close` is called.
+
+    Every call carries a `StopSignal`, checked before each attempt here and, through the
+    thread's `stop_scope`, by a provider's own retry loop before each of its attempts and
+    through each backoff. It is set for every running call when the run fails, when the
+    scheduler has ended (`end_work`: from then on only the calls of no worker, the test
+    set's final scoring, may start) and when the runner closes; and it reads the run's
+    token budget (``budget_spent``): once the budget is spent a call of a phase it counts
+    is not started (a `BackendFailure` that counts as no failure, ``budget_refused_calls``)
+    and a running one is not retried. A call already on the wire finishes; no new
+    request is sent for it.
+
+    Args:
+        executor: where calls run.
+        remote: calls travel (the executor is not a thread pool of this process).
+        pool: where worker steps run (`map`): the executor when it is a thread pool,
+            else this process's threads.
+        solve: the run's ``solve(rendered, task)``.
+        reward: the run's reward.
+        meters: the meters every call's tokens land in (the run meter first).
+        counters: the run's counters.
+        clock: the run's clock.
+        deadline: the hard deadline (a reading of ``clock``) or None.
+        call_attempts: attempts of a call that raises something other than a `ProviderError`.
+        failure_limit: dropped calls in a row of one phase that end the run.
+        max_seconds: the run's ``max_seconds``, for the timeout's message.
+        grace_seconds: the run's ``grace_seconds``, for the timeout's message.
+        budget_spent: ``budget_spent(phase)`` is True once the run's token budget is spent
+            and counts ``phase`` (None: no budget).
+    """
+
+    def __init__(self, *, executor: concurrent.futures.Executor, remote: bool,
+                 pool: concurrent.futures.Executor, solve: Callable[[str, Task], str],
+                 reward: Callable[[Task, str], Any], meters: tuple[Usage, ...], counters: Counters,
+                 clock: Clock, deadline: float | None, call_attempts: int, failure_limit: int,
+                 max_seconds: float | None, grace_seconds: float,
+                 budget_spent: Callable[[str], bool] | None = None) -> None:
+        self.executor = executor
+        self.remote = remote
+        self.pool = pool
+        self.solve = solve
+        self.reward = reward
+        self.meters = meters
+        self.counters = counters
+        self.clock = clock
+        self.deadline = deadline
+        self.call_attempts = call_attempts
+        self.failure_limit = failure_limit
+        self.max_seconds = max_seconds
+        self.grace_seconds = grace_seconds
+        self.budget_spent = budget_spent
+        #: Notified when a watched call finishes and when the runner closes.
+        self.cond = threading.Condition()
+        self.fatal: RunFailed | None = None
+        self.last_error: BaseException | None = None
+        self.closed = False
+        #: The scheduler has ended: only calls of no worker (the test set's) may start.
+        self.ending = False
+        self._running: dict[StopSignal, int] = {}  # each running call's signal -> its thread
+        self._lock = threading.Lock()
+        self._in_a_row: collections.Counter[str] = collections.Counter()
+        self._submissions = 0
+        self._run_key = os.urandom(6).hex()
+
+    # ----------------------------------------------------------------- the calls
+
+    def call(self, fn: Callable[..., Any], *args: Any, what: str, phase: str, worker: int | None = None) -> Any:
+        """One backend call (a proposal) under the failure rule; a returned ``str`` is sanitised.
+
+        Raises:
+            BackendFailure: the call failed for good; the run goes on without it.
+            RunFailed: the run cannot go on.
+            ContractError: the caller's callable broke its contract.
+        """
+        return self._retrying(Call(fn, args, phase, worker), what).output
+
+    def solve_and_score(self, rendered: str, task: Task, *, what: str, phase: str,
+                        worker: int | None = None) -> tuple[str, Score]:
+        """Solve ``task`` on ``rendered`` and score the output: a rollout, a self-verify or one evaluation.
+
+        The call is retried under the failure rule; the scoring is not (a reward that
+        raises, or breaks its contract, ends the run wherever it ran) — except a reward that
+        makes model calls of its own (a judge, `calls_a_model`): it is a second call, in
+        phase ``judge``, under the same failure rule as every call.
+
+        Returns:
+            The output and its reward as a `agentdescent.rewards.builtin.Score`.
+
+        Raises:
+            BackendFailure, RunFailed, ContractError: as `call`.
+            RewardContractError: the reward is not a finite number in [0, 1].
+        """
+        if calls_a_model(self.reward):
+            output = self._retrying(Call(self.solve, (rendered, task), phase, worker), what).output
+            if not isinstance(output, str):
+                raise ContractError(
+                    f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
+                )
+            graded = self._retrying(Call(self.reward, (task, output), "judge", worker), f"judge of {what}")
+            self.counters.add("judge_calls")
+            return output, check_reward(task, graded.output)
+        result = self._retrying(Call(self.solve, (rendered, task), phase, worker, self.reward, task), what)
+        return result.output, self._reward_of(task, result)
+
+    def score_tasks(self, rendered: str, tasks: Sequence[Task],
+                    outputs: dict[str, tuple[str, str]] | None = None) -> list[Any]:
+        """Held-out evaluation: the reward of ``rendered`` on each task, in order, within the deadline.
+
+        A slot holds the reward, or the `BackendFailure` of a task that failed for good;
+        the evaluation stops at its first failed task (tasks not yet started are
+        cancelled, their slots None). Every task is one call, run on the pool (inline) or
+        submitted to the executor at once (which bounds how many run). With ``outputs``,
+        each scored task's ``(output, feedback)`` is put in it under the task's id.
+
+        Raises:
+            RunTimeout: the hard deadline passed.
+            RunFailed, ContractError, RewardContractError: as `solve_and_score`.
+        """
+        def one(task: Task) -> float:
+            output, score = self.solve_and_score(rendered, task, what=f"evaluation on task {task.id!r}",
+                                                 phase="evaluation")
+            if outputs is not None:
+                outputs[task.id] = (output, score.feedback)
+            return score.value
+
+        return self.map(one, tasks, stop_on_failure=True)
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any], *, stop_on_failure: bool = False) -> list[Any]:
+        """``fn`` over ``items`` on the run's pool, results in order, within the deadline.
+
+        A `BackendFailure` raised by ``fn`` comes back as the exception object in its slot;
+        with ``stop_on_failure`` the items not yet started are cancelled (their slots are
+        None). Anything else ``fn`` raises cancels the rest and propagates.
+
+        Raises:
+            RunTimeout: the hard deadline passed (the calls still running are abandoned).
+        """
+        futures = [self.pool.submit(fn, item) for item in items]
+        waker = threading.Condition()
+        notify_when_done(futures, waker)
+        pending = set(futures)
+        try:
+            with waker:
+                while pending:
+                    done = {f for f in pending if f.done()}
+                    if not done:
+                        if self.deadline is not None and self.clock.now() >= self.deadline:
+                            raise self._timeout(len(pending))
+                        self.clock.wait(waker, self.deadline)
+                        continue
+                    pending -= done
+                    for future in done:
+                        exc = None if future.cancelled() else future.exception()
+                        if exc is None:
+                            continue
+                        if not isinstance(exc, BackendFailure):
+                            raise exc
+                        if stop_on_failure:
+                            for other in pending:
+                                other.cancel()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        results: list[Any] = []
+        for future in futures:
+            if future.cancelled():
+                results.append(None)
+            else:
+                exc = future.exception()
+                results.append(exc if exc is not None else future.result())
+        return results
+
+    def score(self, task: Task, output: Any) -> Score:
+        """The reward of one ``run``/``solve`` output, with both contracts checked.
+
+        Raises:
+            ContractError: the output is not a ``str``.
+            RewardContractError: the reward is not a finite number in [0, 1].
+        """
+        return score_output(self.reward, task, output)
+
+    def end_work(self) -> None:
+        """The scheduler has ended: no running call makes a new attempt, no worker's call starts.
+
+        Calls of no worker (the test set's final scoring) may still start; calls already
+        on the wire finish. Waiters on another executor are woken and leave.
+        """
+        with self._lock:
+            self.ending = True
+        self._stop_running("the run has ended")
+
+    def close(self) -> None:
+        """No call may start or wait any more: wake every waiter (their calls' results are dropped)."""
+        with self._lock:
+            self.closed = True
+        self._stop_running("the run has ended")
+
+    def wait_running(self, until: float | None) -> bool:
+        """Wait (on the run's clock, at most until ``until``) for every running call to finish.
+
+        Meant for the end of a run, after `end_work`: calls stopped in a backoff leave at
+        once, a call on the wire when its attempt returns (it makes no other).
+
+        Returns:
+            True when no call is running any more.
+        """
+        with self.cond:
+            return self.clock.wait_for(self.cond, lambda: not self._any_running(), until)
+
+    def _any_running(self) -> bool:
+        with self._lock:
+            return bool(self._running)
+
+    def running_calls(self) -> list[int]:
+        """The threads of the calls still running (on the wire, or in a callable): one entry per call.
+
+        A call stopped while it waited out a backoff is leaving and is not listed.
+        """
+        with self._lock:
+            return [ident for signal, ident in self._running.items() if not signal.woke_from_backoff]
+
+    def _stop_running(self, reason: str) -> None:
+        with self._lock:
+            running = list(self._running)
+        for signal in running:
+            signal.set(reason)
+        with self.cond:
+            self.cond.notify_all()
+
+    # ----------------------------------------------------------------- the rule
+
+    def _retrying(self, call: Call, what: str) -> CallResult:
+        """``call`` under the failure rule: attempt, judge each failure, retry or give up.
+
+        Before each attempt the call's stop signal is read: a run that failed re-raises its
+        `RunFailed`, a run that is over raises `RunTimeout`, a spent budget a `BackendFailure`
+        (none of them counted as a failure of the call).
+        """
+        signal = self._open(call)
+        try:
+            attempt = 0
+            while True:
+                if self.fatal is not None:  # the run is ending: send nothing more to the backend
+                    raise self.fatal
+                if signal.is_set():
+                    raise self._stopped(signal, what)
+                attempt += 1
+                try:
+                    result = self._once(call, signal)
+                except Exception as exc:
+                    if signal.is_set() and not isinstance(exc, (ContractError, GovernanceError)):
+                        raise self._stopped(signal, what) from None  # stopped, not failed
+                    self._judge(exc, attempt, what, call.phase)  # returns only to retry
+                    continue
+                with self._lock:
+                    self._in_a_row[call.phase] = 0
+                return result
+        finally:
+            with self._lock:
+                self._running.pop(signal, None)
+            if self.ending or self.closed:  # the end of the run may be waiting for its last calls
+                with self.cond:
+                    self.cond.notify_all()
+
+    def _open(self, call: Call) -> StopSignal:
+        """The call's stop signal, registered as running (set at once when the call may not start)."""
+        spent = self.budget_spent
+        signal = StopSignal(None if spent is None else (lambda: spent(call.phase)))
+        late = self.deadline is not None and self.clock.now() >= self.deadline  # nobody would wait for it
+        with self._lock:
+            self._running[signal] = threading.get_ident()
+            if self.closed or late or (self.ending and call.worker is not None) or self.fatal is not None:
+                signal.set("the run has ended")
+        return signal
+
+    def _stopped(self, signal: StopSignal, what: str) -> Exception:
+        """What a call its signal stopped raises: the run's `RunFailed`, a `RunTimeout`, or a `BackendFailure`."""
+        if self.fatal is not None:
+            return self.fatal
+        if signal.cancelled:
+            return RunTimeout(f"{what}: not sent or not retried: {signal.reason}")
+        self.counters.add("budget_refused_calls")
+        return BackendFailure(f"{what}: not sent or not retried: {signal.reason} (max_tokens)")
+
+    def _once(self, call: Call, signal: StopSignal) -> CallResult:
+        """One attempt: inline on a thread pool, else submitted to the executor and awaited."""
+        if self.remote:
+            return self._collect(self._await(self._submit(call), signal))
+        with stop_scope(signal), usage_phase(call.phase), worker_scope(call.worker), run_meters(*self.meters):
+            out = call.fn(*call.args)
+        return CallResult(sanitize_text(out) if isinstance(out, str) else out)
+
+    def _reward_of(self, task: Task, result: CallResult) -> Score:
+        """The scored reward: computed here on a thread pool, brought back by the call otherwise."""
+        if not self.remote:
+            return self.score(task, result.output)
+        if result.score_error is not None:
+            raise result.score_error
+        assert result.reward is not None
+        return result.reward
+
+    def _judge(self, exc: Exception, attempt: int, what: str, phase: str) -> None:
+        """Apply `agentdescent.failures.judge` to one failed attempt: return to retry it, or raise.
+
+        Raises:
+            BackendFailure: the call failed for good.
+            RunFailed: the run cannot go on.
+            ContractError, GovernanceError, RunTimeout: as raised.
+        """
+        verdict = judge(exc, attempt, self.call_attempts, rerun_by_executor=executor_gave_up(exc))
+        if verdict is Verdict.PROPAGATE:
+            raise exc
+        if verdict is Verdict.END_RUN:
+            self.counters.add("backend_failures")
+            self.last_error = exc
+            raise self._fail_run(
+                f"{what} failed with {type(exc).__name__}, which retrying cannot fix: {exc}"
+            ) from None
+        if verdict is Verdict.RETRY:
+            self.counters.add("backend_errors")
+            logger.warning("%s failed (attempt %d/%d): %s: %s; retrying", what, attempt,
+                           self.call_attempts, type(exc).__name__, exc)
+            return
+        if not _already_retried(exc):
+            self.counters.add("backend_errors")
+        self._dropped(what, phase, exc)
+
+    def _dropped(self, what: str, phase: str, exc: BaseException) -> NoReturn:
+        self.counters.add("backend_failures")
+        self.last_error = exc
+        with self._lock:
+            self._in_a_row[phase] += 1
+            in_a_row = self._in_a_row[phase]
+        cause = f"{type(exc).__name__}: {exc}"
+        if ends_run(in_a_row, self.failure_limit):
+            raise self._fail_run(
+                f"{in_a_row} {phase} call(s) in a row failed (failure_limit="
+                f"{self.failure_limit}); last: {what}: {cause}"
+            ) from None
+        logger.warning("%s failed for good (%d %s failure(s) in a row): %s", what, in_a_row, phase, cause)
+        raise BackendFailure(f"{what} failed; last error: {cause}") from None
+
+    def _fail_run(self, message: str) -> RunFailed:
+        """The run's one `RunFailed`: the first one wins, later calls re-raise it without calling.
+
+        Every call still running makes no new attempt from then on.
+        """
+        with self._lock:
+            first = self.fatal is None
+            if first:
+                self.fatal = RunFailed(message)
+            fatal = self.fatal
+        if first:
+            self._stop_running("the run failed")
+        return fatal
+
+    def _timeout(self, running: int) -> RunTimeout:
+        limit = "?" if self.max_seconds is None else f"{self.max_seconds:g}"
+        return RunTimeout(
+            f"the run's time bound (max_seconds={limit} + grace_seconds={self.grace_seconds:g}) "
+            f"passed with {running} call(s) still running"
+        )
+
+    # ----------------------------------------------------------------- another executor
+
+    def _submit(self, call: Call) -> concurrent.futures.Future[Any]:
+        """Submit one attempt of ``call`` to the executor (each attempt with its own key)."""
+        if self.fatal is not None:
+            raise self.fatal
+        with self._lock:
+            self._submissions += 1
+            key = f"agentdescent-{self._run_key}-{self._submissions}"
+        try:
+            return self.executor.submit(run_call, replace(call, key=key))
+        except Exception as exc:
+            raise self._executor_lost(exc, "refused a call") from None
+
+    def _await(self, future: concurrent.futures.Future[Any], signal: StopSignal) -> concurrent.futures.Future[Any]:
+        """Wait for one submitted call; once the run is over for it, cancel it and leave."""
+        notify_when_done((future,), self.cond)
+        with self.cond:
+            self.clock.wait_for(self.cond, lambda: future.done() or self.closed or signal.cancelled, None)
+        if not future.done():
+            future.cancel()
+            raise RunTimeout("the run ended while this call was running; its result is dropped")
+        return future
+
+    def _collect(self, future: concurrent.futures.Future[Any]) -> CallResult:
+        """A finished call's result; its tokens land in the run's meters (once) before anything else.
+
+        Raises:
+            RunFailed: the executor lost the call (a broken pool, a closed client).
+            Exception: what the call raised, for the failure rule.
+        """
+        try:
+            result: CallResult = future.result()
+        except concurrent.futures.CancelledError as exc:  # we cancel only what we no longer wait for
+            raise self._executor_lost(exc, "cancelled a call it had accepted (a closed Dask client, "
+                                           "or an executor shut down mid-run)") from None
+        except concurrent.futures.BrokenExecutor as exc:
+            raise self._executor_lost(exc, "broke: a worker process died mid-call, and a broken pool "
+                                           "takes no more calls (Dask reschedules a dead worker's "
+                                           "call instead)") from None
+        with run_meters(*self.meters):
+            replay_usage(result.usage)
+        if result.error is not None:
+            raise result.error
+        return result
+
+    def _executor_lost(self, exc: BaseException, what: str) -> RunFailed:
+        self.counters.add("backend_failures")
+        self.last_error = exc
+        return self._fail_run(
+            f"the executor ({type(self.executor).__name__}) {what} [{type(exc).__name__}: {exc}]; "
+            "the run cannot go on: everything committed stays in the ledger, so a new run on the "
+            "same ledger resumes from it"
+        )
+
+
+def _already_retried(exc: BaseException) -> bool:
+    """A `ProviderError` (the provider retried it) or Dask's ``KilledWorker`` (the cluster did)."""
+    return isinstance(exc, ProviderError) or executor_gave_up(exc)

@@ -1,0 +1,278 @@
+"""What a run returns: `EvolutionResult` and its per-round `RoundInfo`, with a JSON round trip.
+
+This module owns the result types both runtimes return and their file format
+(``agentdescent-result/1``). It holds values only: it must not run, evaluate or commit
+anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import AgentDescentError
+from ..types import MergeOutcome, MergeReport
+from ..usage import Usage
+
+__all__ = ["AsyncStats", "EvolutionResult", "RoundInfo"]
+
+
+@dataclass
+class RoundInfo:
+    """What one sync round (or one async merger sweep) did.
+
+    Args:
+        index: 1-based round (or sweep) number.
+        held_out_reward: mean held-out reward of the head after the merge.
+        committed: commits in this round.
+        fused: commits of fused candidates in this round.
+        discarded_stale: cards dropped by the staleness policy.
+        conflicts_dropped: cards dropped as the weaker side of a contradiction.
+        tokens: tokens recorded on the run's meter during the round.
+        reports: the merge reports.
+        rollouts: rollouts finished in the round.
+        cards: evidence cards merged in the round.
+        backend_failures: backend calls that failed even after retries.
+        head_version: the head version after the merge.
+        proposals: what became of the round's proposal calls, or None when nothing counted
+            them: ``made`` (proposal calls that returned), ``cards`` (proposals that became
+            evidence cards), and with an agent that counts its replies
+            (`agentdescent.LLMAgent.stats`) ``rules``, ``declined`` (NONE), ``refused``
+            (kind -> count, the kinds that occurred) and ``examples`` (kind -> one refused
+            reply, cut short); ``edits_refused`` (proposals whose code edits did not apply,
+            `agentdescent.errors.EditRefused`) when there were any.
+        elapsed: seconds the round took, on the run's clock (the only field that does not
+            repeat between two identical runs).
+    """
+
+    index: int
+    held_out_reward: float
+    committed: int = 0
+    fused: int = 0
+    discarded_stale: int = 0
+    conflicts_dropped: int = 0
+    tokens: int = 0
+    reports: list[MergeReport] = field(default_factory=list)
+    rollouts: int = 0
+    cards: int = 0
+    backend_failures: int = 0
+    head_version: int | None = None
+    proposals: dict[str, Any] | None = None
+    elapsed: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        data = {k: getattr(self, k) for k in (
+            "index", "held_out_reward", "committed", "fused", "discarded_stale",
+            "conflicts_dropped", "tokens", "rollouts", "cards", "backend_failures", "head_version",
+            "proposals", "elapsed",
+        )}
+        data["reports"] = [r.to_json() for r in self.reports]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RoundInfo:
+        """Rebuild from `to_json` output."""
+        kwargs = dict(data)
+        kwargs["reports"] = [MergeReport.from_json(r) for r in data.get("reports", [])]
+        return cls(**kwargs)
+
+
+@dataclass
+class AsyncStats:
+    """What the barrier-free runtime counted: ``result.async_stats`` of an `async_evolve` run.
+
+    Args:
+        sweeps: merger sweeps (each one `RoundInfo`).
+        admitted: rollouts admitted.
+        discarded_stale: evidence cards the staleness policy dropped (their diffs built on
+            a head too old; each a rollout whose proposal was wasted). Not the same as
+            ``result.outcomes()["all-stale"]``, which counts merge *decisions* in which no
+            card survived the staleness filter: one such decision can drop several cards.
+        forced_refreshes: resyncs the stall guard forced.
+        resyncs: snapshot refreshes in all (forced or because the head moved on).
+        stragglers: the run's calls (and worker threads) still running when the call
+            returned: on the wire, or in a callable of yours. None of them makes another
+            attempt; their results are dropped. The same count is
+            ``result.counters["stragglers"]``, in both runtimes.
+        late_results_dropped: finished rollouts that arrived after the stop.
+        pacing_waits: times admission pacing held a worker.
+        backpressure_waits: times a full queue held a worker.
+    """
+
+    sweeps: int = 0
+    admitted: int = 0
+    discarded_stale: int = 0
+    forced_refreshes: int = 0
+    resyncs: int = 0
+    stragglers: int = 0
+    late_results_dropped: int = 0
+    pacing_waits: int = 0
+    backpressure_waits: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        """A JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AsyncStats:
+        """Rebuild from `to_json` output."""
+        return cls(**{k: int(v) for k, v in data.items()})
+
+
+@dataclass
+class EvolutionResult:
+    """The outcome of a run.
+
+    Args:
+        state: the final artifact state (the ledger head).
+        rendered: the final state rendered by the strategy.
+        final_reward: mean held-out reward of the final state (NaN when no held-out
+            evaluation ever succeeded: ``stop_reason`` and ``error`` say why).
+        error: why the run could not continue, or None.
+        stop_reason: ``"rounds"``, ``"target_reward"``, ``"patience"``, ``"max_seconds"``,
+            ``"max_rollouts"``, ``"max_tokens"``, ``"diminishing_returns"``
+            or ``"error"``.
+        history: one `RoundInfo` per round (or merger sweep).
+        forced_refreshes: resyncs the async stall guard forced.
+        usage: the run's token meter.
+        budget: the budget governor's summary, or None without a budget.
+        artifact_id: the evolved artifact.
+        version: the final head version.
+        initial_reward: held-out reward of the starting state.
+        rollouts: rollouts finished (self-verify re-runs not included).
+        counters: everything else the run counted (backend failures, self-verify skips,
+            async sweeps, the eta histogram, stragglers...).
+        async_stats: what the barrier-free runtime counted (`AsyncStats`), or None for a
+            sync run.
+        test_initial: the starting head's mean score on the test set (``test_tasks=``), or None.
+        test_final: the final head's mean score on the test set, or None (no test set, or
+            the run failed or ran out of time before it could be scored).
+        test: the test set's report, JSON-ready: ``initial`` and ``final`` (each an
+            `agentdescent.engine.testset.Evaluation` as JSON: the draws and feedback per task, the
+            mean and its 95 % interval) and ``difference`` (final − initial, task by task,
+            with its interval and ``separated``: whether the interval excludes 0).
+        held_out_samples: the head's per-task held-out results at the start and at the end,
+            JSON-ready, or None: ``{"initial": {"version", "tasks"}, "final": {...}}``,
+            ``tasks`` mapping each task scored on that version to ``{"score", "output",
+            "feedback"}`` (output and feedback cut short; None for a score measured in an
+            earlier process). Tasks the paired test never needed are absent.
+    """
+
+    state: dict[str, str]
+    rendered: str
+    final_reward: float
+    error: str | None
+    stop_reason: str
+    history: list[RoundInfo] = field(default_factory=list)
+    forced_refreshes: int = 0
+    usage: Usage = field(default_factory=Usage)
+    budget: dict[str, Any] | None = None
+    artifact_id: str = "artifact"
+    version: int = 1
+    initial_reward: float | None = None
+    rollouts: int = 0
+    counters: dict[str, Any] = field(default_factory=dict)
+    async_stats: AsyncStats | None = None
+    test_initial: float | None = None
+    test_final: float | None = None
+    test: dict[str, Any] | None = None
+    held_out_samples: dict[str, Any] | None = None
+
+    def outcomes(self) -> dict[str, int]:
+        """How many merge decisions ended each way, keyed by `MergeOutcome` value.
+
+        ``"all-stale"`` counts decisions in which no card survived the staleness filter,
+        not the cards it dropped: those are ``sum(h.discarded_stale for h in history)``
+        (and ``async_stats.discarded_stale`` in an async run).
+        """
+        counts = {o.value: 0 for o in MergeOutcome}
+        for info in self.history:
+            for report in info.reports:
+                counts[report.outcome.value] += 1
+        return counts
+
+    @property
+    def committed(self) -> int:
+        """Commits over the whole run."""
+        return sum(info.committed for info in self.history)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the usage meter as its snapshot)."""
+        return {
+            "format": "agentdescent-result/1",
+            "state": dict(self.state),
+            "rendered": self.rendered,
+            "final_reward": self.final_reward,
+            "error": self.error,
+            "stop_reason": self.stop_reason,
+            "history": [h.to_json() for h in self.history],
+            "forced_refreshes": self.forced_refreshes,
+            "usage": self.usage.to_json(),
+            "budget": self.budget,
+            "artifact_id": self.artifact_id,
+            "version": self.version,
+            "initial_reward": self.initial_reward,
+            "rollouts": self.rollouts,
+            "counters": self.counters,
+            "async_stats": self.async_stats.to_json() if self.async_stats is not None else None,
+            "test_initial": self.test_initial,
+            "test_final": self.test_final,
+            "test": self.test,
+            "held_out_samples": self.held_out_samples,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the result as JSON (atomically) and return the path."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, target)
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> EvolutionResult:
+        """Read a result written by `save`.
+
+        Raises:
+            AgentDescentError: the file is not a saved result.
+        """
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError(f"the JSON is a {type(data).__name__}, not an object")
+            if data.get("format") != "agentdescent-result/1":
+                raise ValueError(f"format marker is {data.get('format')!r}")
+            usage = Usage.from_json(data["usage"])
+            return cls(
+                state=dict(data["state"]),
+                rendered=data["rendered"],
+                final_reward=float(data["final_reward"]),
+                error=data["error"],
+                stop_reason=data["stop_reason"],
+                history=[RoundInfo.from_json(h) for h in data["history"]],
+                forced_refreshes=int(data["forced_refreshes"]),
+                usage=usage,
+                budget=data["budget"],
+                artifact_id=data["artifact_id"],
+                version=int(data["version"]),
+                initial_reward=data["initial_reward"],
+                rollouts=int(data["rollouts"]),
+                counters=dict(data["counters"]),
+                async_stats=AsyncStats.from_json(data["async_stats"]) if data.get("async_stats") else None,
+                test_initial=data.get("test_initial"),
+                test_final=data.get("test_final"),
+                test=data.get("test"),
+                held_out_samples=data.get("held_out_samples"),
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise AgentDescentError(
+                f"{os.fspath(path)!r} is not a saved agentdescent result "
+                f"(expected JSON written by EvolutionResult.save): {exc}"
+            ) from exc
