@@ -421,6 +421,9 @@ class MergeReport:
             ``scored`` (held-out tasks scored) of ``held_out``, ``gains``, ``losses``,
             ``regressions``, ``e_value`` against ``threshold`` (``1 / false_accept_rate``),
             ``candidate_mean`` and ``head_mean`` over the scored tasks.
+        trajectory: the tasks the candidate's cards were proposed from (its contributors'
+            trajectories, in order) when it was measured; what the task walk presumes a
+            commit solved. Not written by `to_json`.
     """
 
     artifact_id: str
@@ -435,6 +438,8 @@ class MergeReport:
     reason: str = ""
     feedback: list[str] = field(default_factory=list)
     evidence: dict[str, Any] | None = None
+    #: the tasks behind a committed candidate (its contributors' trajectories; not saved)
+    trajectory: tuple[Task, ...] = field(default=(), compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of the report (the candidate under ``"candidate"``, committed or not)."""

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import agentdescent.merge.aggregator as aggregator_module
+import agentdescent.merge.prepare as prepare_module
 from agentdescent import (
     Diff,
     EvidenceCard,
@@ -1533,7 +1533,7 @@ def test_memory_keeps_the_last_remembered_commits_and_drops_unknown_tasks(monkey
     fresh = make(evaluator=VerifyingEvaluator(named=True))[1]
     fresh.load_memory_state_dict(state, {t.id: t for t in ev.held_out_tasks if t.id != "h2"})
     assert [row["trajectory"] for row in fresh.memory_state_dict()["committed"]] == [[], ["h8"]]
-    monkeypatch.setattr(aggregator_module, "REMEMBERED_COMMITS", 1)
+    monkeypatch.setattr(prepare_module, "REMEMBERED_COMMITS", 1)
     assert [row["version"] for row in agg.memory_state_dict()["committed"]] == [3]
 
 

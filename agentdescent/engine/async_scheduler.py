@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from ..errors import BackendFailure
 from ..merge.staleness import StaleAction
 from ..types import EvidenceCard
+from .ending import finish
 from .result import AsyncStats, EvolutionResult
-from .runtime import RunEnv, drive, finish, idle_reason
+from .runtime import RunEnv, drive, idle_reason
 from .worker import Rollout, card_step, rollout_step
 
 __all__ = ["AsyncScheduler", "run_async"]
@@ -247,7 +248,7 @@ class AsyncScheduler:
         worker waiting out a provider's backoff leaves at once, one on the wire when its
         attempt returns. The wait is on the run's clock: it ends at the grace or the run's
         hard deadline, whichever comes first; after Ctrl-C it does not wait. What is still
-        running after it is counted by `agentdescent.engine.runtime.finish` (``stragglers``).
+        running after it is counted by `agentdescent.engine.ending.finish` (``stragglers``).
         """
         stops = self.env.stops
         with self.cond:

@@ -23,8 +23,9 @@ from ..types import Task
 from ..validation import check_bool
 from .async_scheduler import run_async
 from .config import ASYNC_ENGINE, SYNC_ENGINE, RunConfig, engine_signature
+from .ending import finish
 from .result import EvolutionResult, RoundInfo
-from .runtime import close_run, drive, finish, idle_reason, open_run
+from .runtime import close_run, drive, idle_reason, open_run
 from .sync_scheduler import run_rounds
 
 __all__ = ["EvolutionResult", "RoundInfo", "async_evolve", "evolve", "run_engine"]

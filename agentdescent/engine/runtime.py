@@ -6,8 +6,10 @@ run's environment (`RunEnv`) from a validated `agentdescent.engine.config.RunCon
 train/held-out split, the ledger, the run meter and the budget governor bound to it, the
 call runner, the evaluator, the aggregator, the stop rules, the task walk, and the saved
 progress of a run it resumes — `drive` measures the starting head and runs the
-scheduler until it names a stop reason, `RoundRecorder` turns every merge into one
-`agentdescent.engine.result.RoundInfo` (and saves progress), and `finish` assembles the result.
+scheduler until it names a stop reason, and `RunEnv.merge_and_record` merges, records the
+round (`agentdescent.engine.recorder.RoundRecorder`) and saves progress in one block of the
+ledger's writes. How the run ends and its result is assembled is
+`agentdescent.engine.ending`'s.
 
 Where the rules live: the failure rule in `agentdescent.failures` (applied by
 `agentdescent.engine.executors.CallRunner`), the stop rules in `agentdescent.engine.stopping`, the worker
@@ -26,10 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..agents.proposals import REFUSAL_KINDS
 from ..budget.allocator import AllocatorPolicy
 from ..budget.governor import BudgetGovernor
-from ..clock import Clock
 from ..errors import BackendFailure, InvalidArgumentType, RunFailed, RunTimeout
 from ..ledger import Ledger, MemoryLedger, SqliteLedger
 from ..merge.aggregator import Aggregator, AggregatorConfig, Evaluator
@@ -43,13 +43,13 @@ from .counters import Counters
 from .evaluation import RolloutEvaluator
 from .executors import CallRunner, DaemonPool, check_travel, runs_in_process
 from .progress import ProgressStore, capture, restore
-from .result import AsyncStats, EvolutionResult, RoundInfo
+from .recorder import RoundRecorder
+from .result import RoundInfo
 from .stopping import StopRules
-from .testset import Evaluation, paired_difference, score_on
+from .testset import Evaluation, score_on
 from .worker import GroupTracker, TaskWalk
 
-__all__ = ["AggregatorFactory", "RoundRecorder", "RunEnv", "close_run", "drive", "finish", "idle_reason", "open_run",
-           "stragglers"]
+__all__ = ["AggregatorFactory", "RunEnv", "close_run", "drive", "idle_reason", "open_run"]
 
 logger = logging.getLogger("agentdescent.runtime")
 
@@ -258,147 +258,23 @@ class RunEnv:
             reports, held = self.merge()
             for report in reports:
                 if report.outcome is MergeOutcome.COMMITTED and report.accepted is not None:
-                    self.cycle.note_commit(report.accepted, [t for c in cards for t in c.trajectory_refs])
-            info = self.recorder.record(reports, held, rollouts=rollouts, cards=len(cards),
-                                        head_version=self.ledger.versions().get(self.artifact_id))
-            self.save_progress()
+                    self.cycle.note_commit(report.accepted, report.trajectory)
+            version = self.aggregator.head_version(self.artifact_id)
+            info = self.recorder.record(reports, held, rollouts=rollouts, cards=len(cards), head_version=version)
+            self.save_progress(version)
         self.recorder.announce(info)
         return info
 
-    def save_progress(self) -> None:
-        """Save the run's progress in its ledger (see `agentdescent.engine.progress`)."""
-        if self.progress.enabled:
-            version, _ = self.ledger.head(self.artifact_id)
-            self.progress.save(capture(self, version), self.history)
+    def save_progress(self, head_version: int | None = None) -> None:
+        """Save the run's progress in its ledger (see `agentdescent.engine.progress`).
 
-
-class RoundRecorder:
-    """Turns each merge into one `RoundInfo`: its tokens and failures since the last, the bar, ``on_round``.
-
-    It owns the marks a round is measured from (the run meter's total and the backend
-    failures at the previous round's end), the history, and the progress bar.
-
-    Args:
-        usage: the run meter.
-        counters: the run's counters.
-        governor: the run's budget governor (it learns each round's spend).
-        on_round: the user's callback, or None.
-        unit: ``"round"`` or ``"sweep"``, for logs and the bar.
-        history: the rounds of a resumed run.
-        agent: the run's agent; when it counts its replies (``stats()``, as
-            `agentdescent.LLMAgent`), each round's `RoundInfo.proposals` says what became
-            of them.
-        clock: the run's clock (each round's ``elapsed``).
-    """
-
-    def __init__(self, usage: Usage, counters: Counters, governor: BudgetGovernor,
-                 on_round: Callable[[RoundInfo], None] | None, unit: str = "round",
-                 history: Sequence[RoundInfo] = (), agent: Any = None, clock: Clock | None = None) -> None:
-        self.usage = usage
-        self.counters = counters
-        self.governor = governor
-        self.on_round = on_round
-        self.unit = unit
-        self.history: list[RoundInfo] = list(history)
-        self.resumed_rounds = len(self.history)
-        self._tokens_mark = usage.total_tokens
-        self._spent_mark = governor.spent  # the budget's view: without the phases it leaves out
-        self._failures_mark = counters.get("backend_failures")
-        self.bar: Any = None
-        self._bar_rollouts = False
-        self.clock = clock
-        self._time_mark = clock.now() if clock is not None else 0.0
-        stats = getattr(agent, "stats", None)
-        self._agent_stats = stats if callable(stats) else None
-        examples = getattr(agent, "refusal_examples", None)
-        self._agent_examples = examples if callable(examples) else None
-        self._proposal_mark = self._proposal_counts()
-
-    def _proposal_counts(self) -> dict[str, int]:
-        counts = {"made": self.counters.get("proposals"), "cards": self.counters.get("cards"),
-                  "edits_refused": self.counters.get("edits_refused")}
-        if self._agent_stats is not None:
-            counts.update({f"agent_{k}": int(v) for k, v in self._agent_stats().items() if isinstance(v, int)})
-        return counts
-
-    def _proposals(self) -> dict[str, Any] | None:
-        """What became of the proposals since the last round (`RoundInfo.proposals`)."""
-        now = self._proposal_counts()
-        delta = {k: v - self._proposal_mark.get(k, 0) for k, v in now.items()}
-        self._proposal_mark = now
-        out: dict[str, Any] = {"made": delta["made"], "cards": delta["cards"]}
-        if delta["edits_refused"]:
-            out["edits_refused"] = delta["edits_refused"]  # edits that did not apply (a code strategy)
-        if self._agent_stats is not None and delta.get("agent_proposals", 0) == delta["made"]:
-            # the agent saw these calls itself (not a copy in another process)
-            refused = {k: delta[f"agent_{k}"] for k in REFUSAL_KINDS if delta.get(f"agent_{k}", 0)}
-            examples = self._agent_examples() if self._agent_examples is not None else {}
-            out.update(rules=delta.get("agent_rules", 0), declined=delta.get("agent_declined", 0), refused=refused,
-                       examples={k: examples[k] for k in refused if k in examples})
-        return out
-
-    def open_bar(self, total: int | None, desc: str, *, rollouts: bool = False) -> None:
-        """Show a progress bar counting the whole run (a resumed run's rounds included).
-
-        With ``rollouts`` the bar counts this call's rollouts instead of rounds (the async
-        runtime, whose merges have no planned number: ``total`` is then the rollout cap,
-        which counts this call's rollouts, or None).
+        Args:
+            head_version: the head the progress is saved at (a merge passes the version its
+                one read of the head found); None reads it.
         """
-        from tqdm.auto import tqdm
-
-        self._bar_rollouts = rollouts
-        done = 0 if rollouts else self.resumed_rounds
-        self.bar = tqdm(desc=desc, unit="rollout" if rollouts else self.unit, total=total, initial=done)
-
-    def record(self, reports: list[MergeReport], held: float, *, rollouts: int, cards: int,
-               head_version: int | None = None) -> RoundInfo:
-        """The `RoundInfo` of the merge just made, logged; `announce` shows it and passes it to ``on_round``."""
-        total, failures = self.usage.total_tokens, self.counters.get("backend_failures")
-        moment = self.clock.now() if self.clock is not None else 0.0
-        info = RoundInfo(
-            index=len(self.history) + 1, held_out_reward=held, tokens=total - self._tokens_mark,
-            reports=reports, rollouts=rollouts, cards=cards,
-            backend_failures=failures - self._failures_mark, head_version=head_version,
-            proposals=self._proposals(), elapsed=round(moment - self._time_mark, 3), **_summarize(reports),
-        )
-        self._time_mark = moment
-        self._tokens_mark, self._failures_mark = total, failures
-        self.history.append(info)
-        spent = self.governor.spent
-        self.governor.end_round(spent - self._spent_mark)  # the projection excludes what the budget does
-        self._spent_mark = spent
-        logger.info("%s %d: held-out %.3f, %d commit(s), %d token(s)", self.unit, info.index, held,
-                    info.committed, info.tokens)
-        return info
-
-    def announce(self, info: RoundInfo) -> None:
-        """Pass a recorded round to ``on_round`` and the bar (after its progress is saved)."""
-        if self.on_round is not None:
-            self.on_round(info)
-        if self.bar is not None:
-            self.bar.update(info.rollouts if self._bar_rollouts else 1)
-            self.bar.set_postfix(reward=f"{info.held_out_reward:.3f}", commits=sum(h.committed for h in self.history))
-
-    def settle_tokens(self) -> None:
-        """Count tokens recorded after the last round (work in flight at the stop) in the last round."""
-        total = self.usage.total_tokens
-        if self.history and total > self._tokens_mark:
-            self.history[-1].tokens += total - self._tokens_mark
-            self._tokens_mark = total
-
-    def close(self) -> None:
-        """Close the progress bar."""
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _summarize(reports: Sequence[MergeReport]) -> dict[str, int]:
-    return {
-        "committed": sum(r.outcome is MergeOutcome.COMMITTED for r in reports),
-        "fused": sum(r.outcome is MergeOutcome.COMMITTED and r.fused for r in reports),
-        "discarded_stale": sum(r.discarded_stale for r in reports),
-        "conflicts_dropped": sum(r.conflicts_dropped for r in reports),
-    }
+        if self.progress.enabled:
+            version = head_version if head_version is not None else self.ledger.head(self.artifact_id)[0]
+            self.progress.save(capture(self, version), self.history)
 
 
 def _open_ledger(ledger: Any, run_id: str | None = None) -> tuple[Ledger, bool]:
@@ -573,110 +449,3 @@ def idle_reason(limits: Any, *, sync: bool) -> str | None:
     if limits.max_rollouts == 0:
         return "max_rollouts"
     return None
-
-
-def stragglers(env: RunEnv, workers: Callable[[], set[int]] | None = None) -> int:
-    """Work of the run still running as it returns, logged when there is any.
-
-    Its calls still on the wire (or in a callable of yours), and the threads ``workers()``
-    names (the async workers that have not exited) busy outside a call. None of them
-    sends anything more.
-    """
-    calls = env.runner.running_calls()
-    busy = (workers() if workers is not None else set()) - set(calls)
-    count = len(calls) + len(busy)
-    if count:
-        logger.warning("%d call(s) of the run still running as it returns (they send nothing more; their "
-                       "results are dropped)", count)
-    return count
-
-
-def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes: int = 0,
-           async_stats: AsyncStats | None = None, extra_counters: Mapping[str, Any] | None = None,
-           workers: Callable[[], set[int]] | None = None) -> EvolutionResult:
-    """Assemble the `EvolutionResult` from the ledger head (both runtimes end here).
-
-    Nothing is evaluated: the final reward is the head's cached held-out score, else the
-    last one measured, else NaN (the run never measured one; ``stop_reason``/``error``
-    say why). Tokens recorded after the last round (work in flight at the stop) count in
-    the last round, so the rounds' tokens add up to ``result.usage.total_tokens`` and to
-    ``result.budget["spent"]``; ``result.usage`` is a copy taken now, which work abandoned
-    at the stop can no longer change. The work still running now (`stragglers`: the
-    runner's calls, and the threads ``workers()`` names, the async workers not yet exited)
-    is ``result.counters["stragglers"]`` (and ``async_stats.stragglers``).
-    """
-    version, state = env.ledger.head(env.artifact_id)
-    test = _test_report(env, state, error)  # its calls belong in the result's meter and counters
-    if env.settle_by is not None:
-        env.runner.wait_running(env.settle_by)  # calls on the wire get the grace to finish (never retried)
-    straggling = stragglers(env, workers)
-    if async_stats is not None:
-        async_stats.stragglers = straggling
-    estimate = env.aggregator.head_estimate(env.artifact_id)
-    final = math.nan if env.last_reward is None and estimate.measured == 0 else estimate.reward
-    usage = env.usage.copy()
-    env.recorder.settle_tokens()
-    if env.history:
-        env.save_progress()
-    counters: dict[str, Any] = dict(env.counters.as_dict())
-    counters.update({f"merge_{k}": v for k, v in sorted(env.aggregator.counters.items())})
-    counters["eta_histogram"] = {str(k): v for k, v in sorted(env.aggregator.eta_histogram.items())}
-    counters["noise"] = env.aggregator.noise.stats()
-    counters.update(env.cycle.stats())
-    counters["final_reward_measured"] = estimate.measured
-    counters["final_reward_inherited"] = estimate.inherited
-    if extra_counters:
-        counters.update(extra_counters)
-    counters["stragglers"] = straggling
-    return EvolutionResult(
-        state=state,
-        rendered=env.strategy.render(state),
-        final_reward=final,
-        error=error,
-        stop_reason=stop_reason,
-        history=env.history,
-        forced_refreshes=forced_refreshes,
-        usage=usage,
-        budget=env.governor.summary() if env.governor.max_tokens is not None else None,
-        artifact_id=env.artifact_id,
-        version=version,
-        initial_reward=env.initial_reward,
-        rollouts=env.counters.get("rollouts"),
-        counters=counters,
-        async_stats=async_stats,
-        test_initial=test["initial"]["mean"] if test and test.get("initial") else None,
-        test_final=test["final"]["mean"] if test and test.get("final") else None,
-        test=test,
-        held_out_samples=_held_out_samples(env, version, state),
-    )
-
-
-def _held_out_samples(env: RunEnv, version: int, state: Mapping[str, str]) -> dict[str, Any] | None:
-    """The head's per-task held-out results at the run's start and end (`EvolutionResult.held_out_samples`)."""
-    samples = env.evaluator.samples
-    first = next(iter(env.ledger.history(env.artifact_id)), None)
-    if first is None:
-        return None
-    return {"initial": {"version": first.version, "tasks": samples(first.state)},
-            "final": {"version": version, "tasks": samples(state)}}
-
-
-def _test_report(env: RunEnv, state: Mapping[str, str], error: str | None) -> dict[str, Any] | None:
-    """The test set's report: the starting and the final head scored, and their paired difference.
-
-    The final head is scored unless the run failed or its hard deadline passed (then only
-    the starting head's evaluation is reported).
-    """
-    if not env.config.split.test_tasks:
-        return None
-    final: Evaluation | None = None
-    if error is None and env.ran:  # a call that ran nothing calls nothing
-        try:
-            final = env.score_test(state)
-        except (RunTimeout, RunFailed) as exc:
-            logger.warning("the final head was not scored on the test set: %s", exc)
-    report: dict[str, Any] = {"initial": env.test_initial.to_json() if env.test_initial else None,
-                              "final": final.to_json() if final else None, "difference": None}
-    if env.test_initial is not None and final is not None:
-        report["difference"] = paired_difference(env.test_initial, final).to_json()
-    return report

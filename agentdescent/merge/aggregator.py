@@ -6,9 +6,11 @@ allocator feedback. It is the only writer of the ledger in a run. It must not ca
 language model, read the clock or use the global RNG: given the same cards, ledger and
 evaluator it makes the same decisions.
 
-The path of one decision reads straight through: `Aggregator._prepare` (no
-held-out spend) -> the self-verify gate -> `Aggregator._measure` (the paired sequential
-test of `agentdescent.merge.acceptance`, affected tasks first, noise-aware) ->
+The path of one decision reads straight through: the head read once (a
+`agentdescent.merge.prepare.HeadSnapshot`) -> `agentdescent.merge.prepare.Preparer.prepare`
+(pool draw, trust region, staleness, conflicts, fusion: no held-out spend) -> the
+self-verify gate -> `agentdescent.merge.measurement.Measurer.measure` (the paired
+sequential test of `agentdescent.merge.acceptance`, affected tasks first, noise-aware) ->
 `Aggregator._decide` (acceptance, oracle, CAS, and exactly one allocator report).
 `Aggregator._settle` books a decision once it has ended: counters, the eta histogram
 and the evidence pool, which later decisions draw on (`AggregatorConfig.pool_draw`).
@@ -18,54 +20,28 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from ..budget.allocator import AllocatorPolicy, pre_spend_context
 from ..errors import CASConflict, GovernanceError, InvalidArgumentType
 from ..ledger import Ledger
 from ..seams import adopt
-from ..types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, vv_staleness
+from ..types import EvidenceCard, MergeOutcome, MergeReport, Task
 from .aggregator_config import AggregatorConfig
-from .evidence_pool import EvidencePool, PoolEntry
-from .fusion import fusable, rank_cards, resolve_conflicts, union_diff, union_members
+from .evidence_pool import EvidencePool
 from .governance import ArtifactInfo, Layer, classify
 from .measurement import Evaluator, Measurement, Measurer, Prepared
 from .noise import NoiseMonitor
+from .prepare import CommitMemory, HeadSnapshot, Intake, Preparer
 from .scoreboard import HeadEstimate, Scoreboard
-from .staleness import GuardedStaleness, StaleAction, StalenessPolicy
+from .staleness import GuardedStaleness, StalenessPolicy
 
 __all__ = ["Aggregator", "AggregatorConfig", "Evaluator"]
 
 logger = logging.getLogger("agentdescent.aggregator")
-
-#: Committed diffs a decision remembers (the rebase checks look this far back at most).
-REMEMBERED_COMMITS = 64
-
-
-@dataclass
-class _Intake:
-    """What one decision will book once it has ended (see ``Aggregator._settle``).
-
-    ``etas``, ``rebased``, ``rebase_rejected``, ``set_aside`` and ``discarded_stale`` (on
-    the report) describe the step's new cards only; what happened to the cards drawn from
-    the pool is booked under the ``pool_*`` counters, so every worker card is counted once.
-    """
-
-    head_version: int = 0
-    etas: list[int] = field(default_factory=list)
-    rebased: int = 0
-    rebase_rejected: int = 0
-    pooled: list[EvidenceCard] = field(default_factory=list)
-    set_aside: list[EvidenceCard] = field(default_factory=list)
-    rejected: list[EvidenceCard] = field(default_factory=list)  # failed the rebase check
-    stale: list[EvidenceCard] = field(default_factory=list)  # new cards counted in discarded_stale
-    drawn: list[PoolEntry] = field(default_factory=list)
-    contributors: list[EvidenceCard] = field(default_factory=list)  # of the measured candidate
-
 
 class Aggregator:
     """Merges evidence cards into the ledger, one decision per artifact per step.
@@ -112,8 +88,11 @@ class Aggregator:
         self._blast: dict[str, float] = {}
         self.counters: collections.Counter[str] = collections.Counter()
         self.measurer = Measurer(self.evaluator, self.config, self.counters)
-        #: (artifact, version) -> the diff committed here to make it, and its trajectory tasks
-        self._committed: dict[tuple[str, int], tuple[Diff, list[Task]]] = {}
+        #: the diffs committed here for recent versions, with their trajectory tasks
+        self.memory = CommitMemory()
+        self.preparer = Preparer(self)
+        #: artifact -> its head version as of this step's one read (or this aggregator's commit)
+        self._heads: dict[str, int] = {}
 
     # ------------------------------------------------------------------ intake
 
@@ -197,8 +176,19 @@ class Aggregator:
         version it was committed on where its candidate was not scored, the mean of what is
         known for a task never scored.
         """
-        version, _ = self.ledger.head(artifact_id)
-        return self.scoreboard.estimate(artifact_id, version)
+        return self.scoreboard.estimate(artifact_id, self.head_version(artifact_id))
+
+    def head_version(self, artifact_id: str) -> int:
+        """The head version as of this step: the one read of the head a merge makes, or the commit it made.
+
+        Each `step` reads every artifact it merges once (a `HeadSnapshot`) and knows the
+        version its commit made, so the round's record and the saved progress read the
+        head from here rather than from the ledger again. An artifact the step did not
+        merge is read once, on first ask.
+        """
+        if artifact_id not in self._heads:
+            self._heads[artifact_id] = self.ledger.head(artifact_id)[0]
+        return self._heads[artifact_id]
 
     def pool_state(self) -> list[dict[str, Any]]:
         """The evidence pool, JSON-ready, oldest first (saved with a run's progress)."""
@@ -211,25 +201,17 @@ class Aggregator:
     def memory_state_dict(self) -> dict[str, Any]:
         """What later decisions remember of earlier ones, JSON-ready (saved with a run's progress).
 
-        The diffs committed here for the last `REMEMBERED_COMMITS` versions of each artifact (with their
-        trajectory tasks' ids: the rebase checks that reuse a self-verify read them) and
-        the measurement's spot-check count, so a resumed run decides as the uninterrupted
-        one would.
+        The diffs committed here for the last
+        `agentdescent.merge.prepare.REMEMBERED_COMMITS` versions of each artifact (with
+        their trajectory tasks' ids: the rebase checks that reuse a self-verify read them)
+        and the measurement's spot-check count, so a resumed run decides as the
+        uninterrupted one would.
         """
-        by_artifact: dict[str, list[tuple[tuple[str, int], tuple[Diff, list[Task]]]]] = {}
-        for key, value in sorted(self._committed.items(), key=lambda kv: kv[0][1]):
-            by_artifact.setdefault(key[0], []).append((key, value))
-        recent = [kv for rows in by_artifact.values() for kv in rows[-REMEMBERED_COMMITS:]]
-        return {"committed": [{"artifact": aid, "version": v, "diff": diff.to_json(),
-                               "trajectory": [t.id for t in trajectory]}
-                              for (aid, v), (diff, trajectory) in recent],
-                "clean_uses": self.measurer.clean_uses}
+        return {"committed": self.memory.state_dict(), "clean_uses": self.measurer.clean_uses}
 
     def load_memory_state_dict(self, state: Mapping[str, Any], tasks: Mapping[str, Task]) -> None:
         """Put back a `memory_state_dict` (task ids no longer known are dropped)."""
-        for row in state.get("committed", []):
-            trajectory = [tasks[i] for i in row.get("trajectory", []) if i in tasks]
-            self._committed[(str(row["artifact"]), int(row["version"]))] = (Diff.from_json(row["diff"]), trajectory)
+        self.memory.load_state_dict(state.get("committed", []), tasks)
         self.measurer.clean_uses = int(state.get("clean_uses", 0))
 
     def head_state_dict(self, artifact_id: str, version: int) -> dict[str, Any]:
@@ -272,6 +254,7 @@ class Aggregator:
         """
         with self._lock:
             cards, self._pending = self._pending, []
+        self._heads.clear()
         by_artifact: dict[str, list[EvidenceCard]] = {}
         for card in cards:
             by_artifact.setdefault(card.diff.target, []).append(card)
@@ -288,7 +271,7 @@ class Aggregator:
         return reports
 
     def _merge(self, artifact_id: str, cards: list[EvidenceCard]) -> MergeReport:
-        intake = _Intake()
+        intake = Intake()
         # A card the budget governor judged not worth its optional spend is not evaluated
         # at all (not even on the cheap subset), so it cannot be committed; it keeps its
         # evidence in the pool, and nothing is measured or reported to the allocator.
@@ -305,7 +288,12 @@ class Aggregator:
                 )
                 self._settle(intake, report)
                 return report
-        prepared = self._prepare(artifact_id, cards, intake)
+        version, state = self.ledger.head(artifact_id)
+        head = HeadSnapshot(version, state, self.ledger.versions())
+        self._heads[artifact_id] = version
+        layer = self._layer(artifact_id)
+        prepared = self.preparer.prepare(artifact_id, head, cards, intake, blast_radius=self._blast_radius(artifact_id),
+                                         layer=layer, alpha=self._alpha(layer))
         if isinstance(prepared, MergeReport):
             self._settle(intake, prepared)
             logger.debug("merge %s: %s (%s)", artifact_id, prepared.outcome.value, prepared.reason)
@@ -357,7 +345,7 @@ class Aggregator:
                    "from, so it was not evaluated on held-out tasks",
         )
 
-    def _settle(self, intake: _Intake, report: MergeReport) -> None:
+    def _settle(self, intake: Intake, report: MergeReport) -> None:
         """Book a finished decision: counters, the eta histogram, the evidence pool.
 
         Done only once the decision has ended, so a step that fails and is retried never
@@ -384,220 +372,6 @@ class Aggregator:
             self.counters["pool_returned"] += returned
             self.counters["pool_dropped"] += len(drawn) - len(committed) - returned
 
-    # ------------------------------------------------------------------ prepare
-
-    def _prepare(
-        self, artifact_id: str, new_cards: list[EvidenceCard], intake: _Intake
-    ) -> Prepared | MergeReport:
-        """Trust region, staleness, conflicts and fusion: everything before the held-out spend."""
-        cfg = self.config
-        version, head_state = self.ledger.head(artifact_id)
-        blast = self._blast_radius(artifact_id)
-        layer = self._layer(artifact_id)
-        alpha = self._alpha(layer)
-        head_versions = self.ledger.versions()
-        intake.head_version = version
-        intake.drawn, drawn_actions = self.pool.draw(
-            artifact_id, version, head_state, head_versions, alpha, new_cards,
-            policy=self.staleness_policy, draw=cfg.pool_draw, max_retries=cfg.pool_retries,
-        )
-        cards = [*new_cards, *(entry.card for entry in intake.drawn)]
-        considered = len(cards)
-
-        in_region = [
-            c for c in cards
-            if c.diff.size() <= cfg.trust_region_ops and c.diff.chars() <= cfg.trust_region_chars
-        ]
-        oversized = considered - len(in_region)
-        if not in_region:
-            return MergeReport(
-                artifact_id, MergeOutcome.OVERSIZED, considered=considered,
-                reason=f"all {considered} diff(s) exceed the trust region "
-                f"({cfg.trust_region_ops} ops / {cfg.trust_region_chars} chars)",
-            )
-
-        cheap_cache: dict[tuple[tuple[str, str | None], ...], float] = {}
-
-        def cheap_with(diff: Diff) -> float:
-            key = tuple(sorted(diff.ops.items(), key=lambda kv: kv[0]))
-            if key not in cheap_cache:
-                cheap_cache[key] = float(self.evaluator.cheap(artifact_id, diff.apply(head_state)))
-                self.counters["cheap_evals"] += 1
-            return cheap_cache[key]
-
-        head_cheap: list[float] = []
-
-        def cheap_head() -> float:
-            if not head_cheap:
-                head_cheap.append(float(self.evaluator.cheap(artifact_id, head_state)))
-                self.counters["cheap_evals"] += 1
-            return head_cheap[0]
-
-        survivors: list[EvidenceCard] = []
-        discarded = 0
-        already = 0
-        vetoed = 0
-        for card in in_region:
-            retried = id(card) in drawn_actions
-            if retried:
-                action = drawn_actions[id(card)]
-            else:
-                eta = vv_staleness(head_versions, card.base_version)
-                intake.etas.append(eta)
-                action = self.staleness_policy.decide(eta, alpha, card.diff.contract_breaking)
-            if action is StaleAction.DISCARD:  # never a drawn card: `_draw` skips those
-                discarded += 1
-                intake.stale.append(card)
-                intake.pooled.append(card)
-                continue
-            if card.diff.is_noop(head_state):
-                already += 1
-                continue
-            if action is StaleAction.REBASE:
-                intake.rebased += not retried
-                if not self._still_helps(artifact_id, head_state, card, cheap_with, cheap_head):
-                    if not retried:
-                        discarded += 1
-                        intake.rebase_rejected += 1
-                        intake.stale.append(card)
-                    intake.rejected.append(card)
-                    intake.pooled.append(card)
-                    continue
-            if cfg.commit_veto is not None and cfg.commit_veto(head_state, card.diff.apply(head_state)) is not None:
-                # refused on its own before it can join a union (the union is checked again at the commit)
-                self.counters["card_vetoes"] += 1
-                vetoed += 1
-                intake.rejected.append(card)
-                continue
-            survivors.append(card)
-        retried_note = f"{len(intake.drawn)} re-tried from the pool" if intake.drawn else ""
-        if not survivors:
-            return MergeReport(
-                artifact_id, MergeOutcome.ALL_STALE, considered=considered,
-                discarded_stale=discarded,
-                reason=f"no diff survived: {discarded} stale, {already} already in the head, "
-                f"{oversized} oversized" + (f", {vetoed} vetoed (commit_veto)" if vetoed else "")
-                + f" (policy {self.staleness_policy.name}, alpha={alpha})"
-                + (f"; {retried_note}, none survived again" if retried_note else ""),
-            )
-
-        by_cheap = cfg.rank_by == "cheap"
-        rank = cheap_with if by_cheap else _no_cheap_score
-        survivors, dropped = resolve_conflicts(survivors, rank)
-        intake.pooled.extend(dropped)  # the weaker side of a contradiction keeps its evidence
-        notes = []
-        if oversized:
-            notes.append(f"{oversized} oversized")
-        if retried_note:
-            notes.append(retried_note)
-        members = union_members(survivors) if cfg.fusion_requires_evidence else list(survivors)
-        if any(c.diff.edits for c in members):
-            # edits of one file may overlap once all are applied; those left out are set aside below
-            members = fusable(members)[0]
-        if len(members) == 1:
-            chosen, fused, contributors = members[0].diff, False, members
-            intake.set_aside.extend(c for c in survivors if c is not members[0])
-        else:
-            member_ids = {id(m) for m in members}
-            intake.set_aside.extend(c for c in survivors if id(c) not in member_ids)
-            union = union_diff([c.diff for c in members], artifact_id)
-            tournament = cfg.fusion_tournament and (
-                self.tournament_gate is None or self.tournament_gate()
-            )
-            if tournament:
-                self.counters["tournaments"] += 1
-                # Ranked by evidence, the union carries every member's self-verified gain
-                # (by the cheap score it is scored like any single).
-                deltas = [c.before_after_delta for c in members
-                          if c.before_after_delta is not None and math.isfinite(c.before_after_delta)]
-                union_card = EvidenceCard(union, {}, None if by_cheap or not deltas else sum(deltas), None)
-                ranked = rank_cards([*survivors, union_card], rank)
-                best = ranked[0][1]
-                if best is union_card:
-                    chosen, fused, contributors = union, True, members
-                else:
-                    chosen, fused, contributors = best.diff, False, [best]
-                    intake.set_aside.extend(c for c in members if c is not best)
-                notes.append("tournament")
-            elif not by_cheap or cheap_with(union) > cheap_head():
-                # Without the cheap subset the union goes forward: the paired test scores its
-                # members' affected tasks first and a random sample of the rest, so a member
-                # that hurts shows as a loss (and a regression ends the evaluation at once).
-                chosen, fused, contributors = union, True, members
-            else:
-                # The union does not beat the head on the cheap score: rank the singles
-                # so that a harmful diff cannot ride in on its partners' evidence.
-                self.counters["tournaments_on_demand"] += 1
-                best = rank_cards(survivors, cheap_with)[0][1]
-                chosen, fused, contributors = best.diff, False, [best]
-                intake.set_aside = [c for c in survivors if c is not best]
-                notes.append("union did not beat the head; best single kept")
-        return Prepared(
-            artifact_id=artifact_id,
-            head_version=version,
-            head_state=head_state,
-            blast_radius=blast,
-            layer=layer,
-            candidate=chosen,
-            fused=fused,
-            contributors=contributors,
-            attributable=contributors[0],
-            considered=considered,
-            discarded_stale=discarded,
-            conflicts_dropped=len(dropped),
-            notes=notes,
-        )
-
-    def _still_helps(
-        self,
-        artifact_id: str,
-        head_state: dict[str, str],
-        card: EvidenceCard,
-        cheap_with: Callable[[Diff], float],
-        cheap_head: Callable[[], float],
-    ) -> bool:
-        """The cheap re-verification of a rebased diff on the current head.
-
-        With an evaluator whose `Evaluator.verify` returns scores, the diff is re-run on the tasks that prompted it (before vs after on the
-        fresh head); otherwise it must strictly beat the head on the cheap subset.
-        """
-        if card.trajectory_refs:
-            refs = list(card.trajectory_refs)
-            if self._self_verify_still_holds(artifact_id, card):
-                self.counters["rebase_checks_reused"] += 1
-                return (card.before_after_delta or 0.0) > 0
-            before = self.evaluator.verify(artifact_id, head_state, refs)
-            if before is not None:
-                after = self.evaluator.verify(artifact_id, card.diff.apply(head_state), refs)
-                if after is not None:
-                    self.counters["rebase_verifications"] += 1
-                    return sum(after) > sum(before)
-        return cheap_with(card.diff) > cheap_head()
-
-    def _self_verify_still_holds(self, artifact_id: str, card: EvidenceCard) -> bool:
-        """Would the rebase re-verification only repeat the card's own self-verify?
-
-        It would in a deterministic evaluation (`agentdescent.merge.noise`) when every commit since
-        the card's base version was made here and none plausibly changes the card's
-        trajectory tasks (`agentdescent.merge.relevance.Relevance`): the diff then meets its tasks
-        on the fresh head exactly as it met them on its base, and its self-verify delta is
-        the answer, at no call.
-        """
-        if not (card.self_verified and card.before_after_delta is not None and self.measurer.noise.deterministic):
-            return False
-        base = card.base_version.get(artifact_id)
-        head = self.ledger.head(artifact_id)[0]
-        if base is None or head - base > REMEMBERED_COMMITS:
-            return False
-        relevance = self.measurer.relevance
-        if relevance is None:
-            return False
-        for version in range(base + 1, head + 1):
-            committed = self._committed.get((artifact_id, version))
-            if committed is None or relevance.affects_any(committed[0], committed[1], card.trajectory_refs):
-                return False
-        return True
-
     # ------------------------------------------------------------------ decide
 
     def _decide(self, prepared: Prepared, measurement: Measurement) -> MergeReport:
@@ -613,6 +387,7 @@ class Aggregator:
             conflicts_dropped=prepared.conflicts_dropped,
             p_improve=acc.confidence, evidence=acc.evidence(measurement.n),
             feedback=[c.feedback for c in prepared.contributors if c.feedback],
+            trajectory=tuple(prepared.trajectory),
         )
         suffix = f"; {', '.join(prepared.notes)}" if prepared.notes else ""
         oracle: tuple[float, float] | None = None
@@ -686,6 +461,7 @@ class Aggregator:
                     prepared.artifact_id, base_version, attempt + 1,
                 )
                 fresh_version, fresh_state = self.ledger.head(prepared.artifact_id)
+                self._heads[prepared.artifact_id] = fresh_version
                 touched = [
                     k for k in prepared.candidate.ops
                     if fresh_state.get(k) != base_state.get(k)
@@ -697,9 +473,9 @@ class Aggregator:
                     return None
                 base_version, base_state = fresh_version, fresh_state
                 continue
+            self._heads[prepared.artifact_id] = version
             if base_version == prepared.head_version:  # the new head is the candidate's very state
-                self._committed[(prepared.artifact_id, version)] = (
-                    prepared.candidate, [t for c in prepared.contributors for t in c.trajectory_refs])
+                self.memory.remember(prepared.artifact_id, version, prepared.candidate, prepared.trajectory)
                 self.scoreboard.commit(prepared.artifact_id, base_version, version, measurement.candidate_scores,
                                        measurement.projected, measurement.touched)
             else:
@@ -723,7 +499,3 @@ class Aggregator:
         self.allocator.observe(ctx, report.outcome is MergeOutcome.COMMITTED)
         self.counters["allocator_observations"] += 1
 
-
-def _no_cheap_score(diff: Diff) -> float:
-    """The rank score with ``rank_by="evidence"``: no evaluation, so the self-verify delta decides."""
-    return 0.0

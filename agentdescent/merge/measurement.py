@@ -116,6 +116,11 @@ class Prepared:
     conflicts_dropped: int
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def trajectory(self) -> list[Task]:
+        """The tasks behind the candidate: its contributors' trajectories, in order (the one way a commit's trajectory is built)."""
+        return [t for c in self.contributors for t in c.trajectory_refs]
+
 
 
 @dataclass
@@ -433,8 +438,7 @@ class Measurer:
         relevance = self.relevance
         if relevance is None:
             return [0.0] * self.scoreboard.n_tasks
-        trajectory = [t for c in prepared.contributors for t in c.trajectory_refs]
-        return relevance.affected(prepared.candidate, trajectory)
+        return relevance.affected(prepared.candidate, prepared.trajectory)
 
     def _room(self, rest: Sequence[int], head_scores: Mapping[int, float], prepared: Prepared) -> list[float]:
         """The largest gain each unscored task could still show: ``1 - head`` where known, else 1."""
