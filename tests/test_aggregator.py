@@ -1608,3 +1608,47 @@ def test_a_card_the_veto_refuses_alone_ends_the_merge_naming_it():
 def test_commit_veto_must_take_two_arguments():
     with pytest.raises(TypeError, match="commit_veto"):
         AggregatorConfig(commit_veto=lambda state: None)
+
+
+# --------------------------------------------------------------------------- one head read per decision
+
+
+class CountingLedger(MemoryLedger):
+    """A memory ledger that counts its reads of the head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head_reads = 0
+        self.versions_reads = 0
+
+    def head(self, artifact_id):
+        self.head_reads += 1
+        return super().head(artifact_id)
+
+    def versions(self):
+        self.versions_reads += 1
+        return super().versions()
+
+
+def test_a_decision_reads_the_head_once_even_with_a_stale_rebased_card_and_a_commit():
+    ledger = CountingLedger()
+    _, agg, _, _ = make(ledger=ledger, policy="reflective")
+    _advance(ledger, 2)  # the card below is stale: it is rebased and re-verified on the snapshot
+    ledger.head_reads = ledger.versions_reads = 0
+    report = step_one(agg, card({"ka": GOOD_A}, base=1, refs=["h2"], verified=True, delta=0.5),
+                      card({"kb": GOOD_B}, base=3))
+    assert report.outcome is MergeOutcome.COMMITTED, report.reason
+    assert (ledger.head_reads, ledger.versions_reads) == (1, 1)
+    # the version the round's record and the save read is the one the decision made, with no read
+    assert agg.head_version(ART) == report.committed_version == 4
+    assert ledger.head_reads == 1
+
+
+def test_a_committed_report_carries_its_contributors_trajectory_only():
+    _, agg, _, _ = make()
+    helpful = card({"ka": GOOD_A}, refs=["h2"])
+    rival = card({"ka": NEUTRAL}, refs=["h9"])  # the same key: the weaker side of a contradiction
+    report = step_one(agg, helpful, rival)
+    assert report.outcome is MergeOutcome.COMMITTED, report.reason
+    assert report.accepted is not None and set(report.accepted.ops) == {"ka"}
+    assert [t.id for t in report.trajectory] == ["h2"]  # not the task of the round's other card

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from agentdescent import (
+    InvalidArgument,
     LLMAgent,
     ProviderAuthError,
     Task,
@@ -245,3 +246,22 @@ def test_the_advantage_is_one_rule():
     assert groups.advantage(1, 1.0) == pytest.approx(1.0)
     assert groups.advantage(1, 0.0) == pytest.approx(-1.0)
     assert groups.advantage(2, 1.0) == 0.0  # another version is another group
+
+
+# --------------------------------------------------------------------------- one entry point
+
+
+@pytest.mark.parametrize("call", [
+    lambda tasks: async_evolve(tasks, toy_reward, run=echo_run, propose=toy_propose, max_seconds=None),
+    lambda tasks: evolve(tasks, toy_reward, run=echo_run, propose=toy_propose, asynchronous=True, max_seconds=None),
+], ids=["async_evolve", "evolve-asynchronous"])
+def test_an_asynchronous_run_with_no_stop_rule_is_refused_whichever_door_it_came_by(call):
+    with pytest.raises(InvalidArgument, match="needs a stop rule: give max_seconds"):
+        call(toy_tasks())
+
+
+def test_both_doors_run_the_same_asynchronous_run():
+    kwargs = dict(run=echo_run, propose=toy_propose, n_workers=1, max_rollouts=6, seed=3)
+    one = async_evolve(toy_tasks(), toy_reward, **kwargs)
+    other = evolve(toy_tasks(), toy_reward, asynchronous=True, **kwargs)
+    assert (one.stop_reason, one.rollouts) == (other.stop_reason, other.rollouts) == ("max_rollouts", 6)
