@@ -1,9 +1,10 @@
 """Argument checks: the one set of helpers every knob of the package is validated with.
 
 This module owns what counts as a valid integer, real number, duration, fraction, flag,
-name or callable, and how a bad one is reported: an `InvalidArgument` (a value out of
-range) or an `InvalidArgumentType` (a value of the wrong type) whose message names the
-knob, the value, the accepted values and, where given, the fix. Two rules hold
+name or callable (and the refusal of a keyword under its old name, `check_renamed`), and
+how a bad one is reported: an `InvalidArgument` (a value out of range) or an
+`InvalidArgumentType` (a value of the wrong type) whose message names the knob, the
+value, the accepted values and, where given, the fix. Two rules hold
 everywhere: a ``bool`` is not a number (``True`` is not ``1`` workers) and a string is
 not a number (``"3"`` is refused, not parsed).
 
@@ -22,12 +23,14 @@ from typing import Any
 from .errors import InvalidArgument, InvalidArgumentType
 
 __all__ = [
+    "RENAMED",
     "check_bool",
     "check_callable",
     "check_choice",
     "check_fraction",
     "check_int",
     "check_real",
+    "check_renamed",
     "check_seconds",
     "check_text",
     "is_int",
@@ -221,6 +224,36 @@ def check_choice(value: Any, name: str, choices: Iterable[Any], *, owner: str | 
         listed = ", ".join(repr(c) for c in known)
         raise InvalidArgument(f"{_label(name, value, owner)}: use one of {listed}{f' ({hint})' if hint else ''}")
     return value
+
+
+class _Renamed:
+    """The type of `RENAMED`."""
+
+    def __repr__(self) -> str:
+        return "<renamed>"
+
+
+#: The default of a keyword kept only to refuse its old name: tells "not given" from any value, None too.
+RENAMED: Any = _Renamed()
+
+
+def check_renamed(value: Any, old: str, new: str, *, owner: str, what: str, why: str) -> None:
+    """Refuse a keyword given under its old name (whatever its value, None too), naming the new one.
+
+    Args:
+        value: what was given as ``old`` (`RENAMED` when nothing was).
+        old: the old name.
+        new: the name to use.
+        owner: the class or function the keyword belongs to.
+        what: what the keyword is, for the message (``"the per-call reply cap"``).
+        why: why the old name is not it, for the message.
+
+    Raises:
+        InvalidArgument: ``old`` was given.
+    """
+    if value is not RENAMED:
+        raise InvalidArgument(f"{owner}({old}={value!r:.40}): {what} is now called {new}; pass "
+                              f"{owner}({new}={value!r:.40}) ({why})")
 
 
 def check_callable(value: Any, name: str, shape: str, *, arity: int | None = None,

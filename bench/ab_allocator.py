@@ -361,7 +361,7 @@ class QAWorkload:
         n_workers: workers per round.
         rounds: the round cap.
         reward: ``reward(task, output)``; default `exact_match`.
-        agent_kwargs: more `LLMAgent` arguments (``max_tokens``, the per-call limit;
+        agent_kwargs: more `LLMAgent` arguments (``call_tokens``, the per-call limit;
             ``temperature``; ``model``...).
         test_frac: the share of tasks kept for the test score.
         held_out_frac: the share of the rest ``evolve()`` holds out.
@@ -652,7 +652,7 @@ def _make_factory(args: argparse.Namespace) -> Callable[[int], Workload]:
         provider = factory(args.model, base_url=args.base_url, api_key=args.api_key)
     except providers.ProviderAuthError as exc:
         raise SystemExit(f"{exc} (on the command line: --api-key K; any string for a local server)") from None
-    agent_kwargs: dict[str, Any] = {"max_tokens": args.call_tokens}
+    agent_kwargs: dict[str, Any] = {"call_tokens": args.call_tokens}
     if args.temperature is not None:
         agent_kwargs["temperature"] = args.temperature
     common = {"n_workers": args.workers, "rounds": args.rounds, "agent_kwargs": agent_kwargs}
@@ -687,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-key", default=None,
                         help="default: OPENAI_API_KEY / ANTHROPIC_API_KEY; any string for a local server")
     parser.add_argument("--call-tokens", type=int, default=64,
-                        help="per-call limit on each reply with a real model (LLMAgent max_tokens; default 64)")
+                        help="per-call limit on each reply with a real model (LLMAgent call_tokens; default 64)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="sampling temperature with a real model (default: the server's)")
     parser.add_argument("--metric", choices=sorted(METRICS), default=None,

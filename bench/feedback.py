@@ -137,7 +137,7 @@ def reachable(base_url: str, timeout: float = 3.0) -> str | None:
 def run_once(args: argparse.Namespace, arm: str, seed: int, run_tasks: list[Task],
              test_tasks: list[Task]) -> dict[str, Any]:
     provider = openai_compatible(args.model, base_url=args.base_url, api_key=args.api_key, timeout=120.0)
-    agent = LoggingAgent(provider, max_tokens=args.call_tokens, temperature=args.temperature)
+    agent = LoggingAgent(provider, call_tokens=args.call_tokens, temperature=args.temperature)
     start = time.monotonic()
     result = evolve(run_tasks, REWARDS[arm], agent=agent, rounds=args.rounds, n_workers=args.workers,
                     max_concurrency=args.workers, seed=seed, stratify="category", held_out_frac=0.4,
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0", help="comma-separated run seeds")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--call-tokens", type=int, default=48, help="per-call limit on each reply (LLMAgent max_tokens)")
+    parser.add_argument("--call-tokens", type=int, default=48, help="per-call limit on each reply (LLMAgent call_tokens)")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", type=Path)

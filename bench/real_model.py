@@ -110,7 +110,7 @@ def run_once(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     client = httpx2.Client(event_hooks={"response": [wire]}, timeout=120.0)
     provider = openai_compatible(args.model, base_url=args.base_url, api_key=args.api_key,
                                  timeout=120.0, http_client=client)
-    agent = LLMAgent(provider, max_tokens=args.call_tokens, temperature=args.temperature)
+    agent = LLMAgent(provider, call_tokens=args.call_tokens, temperature=args.temperature)
     made: list[Aggregator] = []
 
     def factory(*a: Any, **kw: Any) -> Aggregator:
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--call-tokens", type=int, default=48, help="per-call limit on each reply (LLMAgent max_tokens)")
+    parser.add_argument("--call-tokens", type=int, default=48, help="per-call limit on each reply (LLMAgent call_tokens)")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--false-accept-rate", type=float, default=0.05,
                         help="AggregatorConfig.false_accept_rate (default 0.05)")

@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
         key = args.api_key or os.environ.get("OPENAI_API_KEY")
         provider = openai_compatible(model=args.model, base_url=args.base_url, api_key=key)
-        agent = LLMAgent(provider, proposal="edit", max_tokens=700)
+        agent = LLMAgent(provider, proposal="edit", call_tokens=700)
         kwargs: dict[str, Any] = suite.evolve_kwargs(agent=agent)
         proposer = None
     else:

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--call-tokens", type=int, default=200,
-                        help="per-call limit on each reply, in tokens (LLMAgent max_tokens; default 200)")
+                        help="per-call limit on each reply, in tokens (LLMAgent call_tokens; default 200)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="sampling temperature (default 0.0 with a real model)")
     parser.add_argument("--max-tokens", type=int, default=None,
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{args.model} at {provider.endpoint}"
 
     temperature = args.temperature if args.temperature is not None else (None if args.dry_run else 0.0)
-    agent = LLMAgent(provider, max_tokens=args.call_tokens, temperature=temperature,
+    agent = LLMAgent(provider, call_tokens=args.call_tokens, temperature=temperature,
                      solve_template="{artifact}\n\n{prompt}" if args.skill_in == "user" else None)
     held_out = len(tasks) // 2
     print(f"Evolving a QA skill with {where}: {len(tasks)} questions ({len(tasks) - held_out} to learn "

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         return normalized_match(task, output).value  # the same value, without the feedback
 
     reward = normalized_match if args.feedback else plain
-    agent = LLMAgent(provider, max_tokens=args.call_tokens, temperature=args.temperature, propose_with=proposer)
+    agent = LLMAgent(provider, call_tokens=args.call_tokens, temperature=args.temperature, propose_with=proposer)
     print(f"Routing tickets with {where}: {len(tasks)} tickets (half held out), {len(test_tasks)} test "
           f"tickets x {args.test_repeats}; reward {'normalized_match with feedback' if args.feedback else 'a plain float'}; "
           f"{args.workers} workers x {args.rounds} rounds.", flush=True)

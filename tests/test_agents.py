@@ -20,6 +20,7 @@ from agentdescent.agents.llm import (
     is_blank_artifact,
     parse_proposal,
 )
+from agentdescent.errors import InvalidArgument
 from agentdescent.providers import ProviderUnavailableError, from_callable, openai_compatible
 from agentdescent.testing import FakeProvider
 from tests.llm_server import LLMServer, openai_body
@@ -183,7 +184,7 @@ def test_fake_provider_is_thread_safe():
 
 def test_llm_agent_solve_sends_artifact_as_system_and_task_as_user():
     fake = FakeProvider(lambda messages, **options: "Paris")
-    agent = LLMAgent(fake, model="small", max_tokens=32, temperature=0.0)
+    agent = LLMAgent(fake, model="small", call_tokens=32, temperature=0.0)
     assert isinstance(agent, Agent)
 
     assert agent.solve(PLAYBOOK, TASK) == "Paris"
@@ -236,7 +237,7 @@ def test_llm_agent_empty_reply_warning_cadence(caplog):
     assert agent.empty_replies == 120
     assert len(warnings) == 3  # the 1st, 10th and 100th
     assert [w.args[0] for w in warnings] == [1, 10, 100]
-    assert all(w.levelno == logging.WARNING and "max_tokens" in w.getMessage() for w in warnings)
+    assert all(w.levelno == logging.WARNING and "call_tokens" in w.getMessage() for w in warnings)
 
 
 def test_empty_reply_counters_are_per_agent(caplog):
@@ -341,7 +342,7 @@ def test_llm_agent_over_a_real_server():
         provider = openai_compatible(
             "test-model", base_url=server.openai_base_url, api_key="sk-local-test", max_retries=0
         )
-        agent = LLMAgent(provider, max_tokens=64, temperature=0.0)
+        agent = LLMAgent(provider, call_tokens=64, temperature=0.0)
         server.push(openai_body("Paris", prompt_tokens=40, completion_tokens=1, cached_tokens=32))
         server.push(openai_body("Name the capital city only.", prompt_tokens=200, completion_tokens=7))
 
@@ -441,11 +442,11 @@ def test_each_refusal_is_none_and_counted_by_kind(reply, finish_reason, kind):
 
 def test_a_cut_off_reply_is_refused_even_when_it_reads_like_a_rule(caplog):
     caplog.set_level(logging.WARNING, logger="agentdescent.agents")
-    agent = agent_replying("Always answer with the bare year.", "length", max_tokens=8)
+    agent = agent_replying("Always answer with the bare year.", "length", call_tokens=8)
     assert agent.propose(PLAYBOOK, TASK, "Paris", 0.0) is None
     assert agent.stats()["truncated"] == 1
     [warning] = caplog.records
-    assert "cut off by the per-call limit" in warning.getMessage() and "max_tokens=8" in warning.getMessage()
+    assert "cut off by the per-call limit" in warning.getMessage() and "call_tokens=8" in warning.getMessage()
 
 
 def test_max_proposal_chars_is_the_size_knob():
@@ -558,11 +559,21 @@ def test_a_title_with_rules_is_not_empty():
 
 @pytest.mark.parametrize(("value", "error"), [(0, ValueError), (-1, ValueError), (True, TypeError),
                                               (1.5, TypeError), ("64", TypeError)])
-def test_max_tokens_must_be_a_positive_int_and_says_it_is_per_call(value, error):
+def test_call_tokens_must_be_a_positive_int_and_says_it_is_per_call(value, error):
     with pytest.raises(error) as info:
+        LLMAgent(FakeProvider(lambda m, **o: "x"), call_tokens=value)
+    message = str(info.value)
+    assert "call_tokens" in message and "per-call cap" in message and "evolve(max_tokens=...)" in message
+
+
+@pytest.mark.parametrize("value", [64, None])
+def test_max_tokens_is_refused_naming_call_tokens_the_per_call_caps_name(value):
+    # max_tokens is the run's budget everywhere; on the agent it would silently mean another thing
+    with pytest.raises(InvalidArgument) as info:
         LLMAgent(FakeProvider(lambda m, **o: "x"), max_tokens=value)
     message = str(info.value)
-    assert "per-call limit" in message and "evolve(max_tokens=...)" in message
+    assert "\n" not in message and f"LLMAgent(max_tokens={value!r})" in message
+    assert f"LLMAgent(call_tokens={value!r})" in message and "evolve(max_tokens=...)" in message
 
 
 @pytest.mark.parametrize(("value", "error"), [(-0.1, ValueError), (float("nan"), ValueError),
@@ -574,17 +585,17 @@ def test_temperature_must_be_a_number_at_least_zero(value, error):
 
 def test_solve_replies_cut_off_are_counted(caplog):
     caplog.set_level(logging.WARNING, logger="agentdescent.agents")
-    agent = agent_replying("The Berlin Wall fell in", "length", max_tokens=5)
+    agent = agent_replying("The Berlin Wall fell in", "length", call_tokens=5)
     assert agent.solve(PLAYBOOK, TASK) == "The Berlin Wall fell in"  # returned as it is
     assert agent.stats()["solves"] == 1 and agent.stats()["solves_truncated"] == 1
-    assert "max_tokens=5" in caplog.records[0].getMessage()
+    assert "call_tokens=5" in caplog.records[0].getMessage()
 
 
 def test_a_cut_off_proposal_over_a_real_server_is_refused():
     with LLMServer() as server:
         provider = openai_compatible("test-model", base_url=server.openai_base_url, api_key="local",
                                      max_retries=0)
-        agent = LLMAgent(provider, max_tokens=6)
+        agent = LLMAgent(provider, call_tokens=6)
         server.push(openai_body("Always answer with the bare", finish_reason="length", completion_tokens=6))
         server.push(openai_body("Always answer with the bare year.\n\n# Playbook"))
         assert agent.propose(PLAYBOOK, TASK, "It is Paris.", 0.0) is None

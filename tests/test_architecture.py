@@ -107,6 +107,7 @@ def test_every_folder_says_what_it_owns_and_must_not_import() -> None:
     for folder in _folders():
         doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text(encoding="utf-8")))
         assert doc, f"agentdescent/{folder}/__init__.py has no docstring"
+        doc = " ".join(doc.split())
         assert "must not import" in doc or "nothing in the package imports it" in doc, (
             f"agentdescent/{folder}/__init__.py does not say what it must not import")
 

@@ -144,7 +144,7 @@ def test_a_judge_grades_over_http_and_explains(server: LLMServer) -> None:
 
 
 def test_the_judges_request_carries_rubric_task_answer_output_and_options(server: LLMServer) -> None:
-    reward = judge(provider_for(server), RUBRIC, model="grader-7", max_tokens=99, temperature=0.2)
+    reward = judge(provider_for(server), RUBRIC, model="grader-7", call_tokens=99, temperature=0.2)
     reward(TASK, "Lyon")
     (request,) = server.requests
     assert request.path == "/v1/chat/completions"
@@ -158,7 +158,7 @@ def test_the_judges_request_carries_rubric_task_answer_output_and_options(server
 
 def test_the_judges_default_options_and_no_option_when_none(server: LLMServer) -> None:
     judge(provider_for(server), RUBRIC)(TASK, "Paris")
-    judge(provider_for(server), RUBRIC, max_tokens=None, temperature=None)(TASK, "Paris")
+    judge(provider_for(server), RUBRIC, call_tokens=None, temperature=None)(TASK, "Paris")
     default, bare = (r.body for r in server.requests)
     assert default["max_tokens"] == 256 and default["temperature"] == 0.0
     assert default["model"] == "judge-model"  # the provider's own model
@@ -309,15 +309,28 @@ def test_a_template_must_be_a_string() -> None:
 
 
 @pytest.mark.parametrize("options, knob", [
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"max_tokens": -5}, "max_tokens"),
-    ({"max_tokens": 2.5}, "max_tokens"),
+    ({"call_tokens": 0}, "call_tokens"),
+    ({"call_tokens": -5}, "call_tokens"),
+    ({"call_tokens": 2.5}, "call_tokens"),
     ({"temperature": -0.1}, "temperature"),
     ({"temperature": "hot"}, "temperature"),
 ])
 def test_judge_limits_out_of_range_are_refused(options: dict[str, Any], knob: str) -> None:
     with pytest.raises(InvalidArgument, match=knob):
         judge(from_callable(echo_grade), RUBRIC, **options)
+
+
+@pytest.mark.parametrize("value", [99, None])
+def test_max_tokens_is_refused_naming_call_tokens_the_per_call_caps_name(value: Any) -> None:
+    # max_tokens is the run's budget everywhere; on the judge it would silently mean another thing
+    for make in (lambda: judge(from_callable(echo_grade), RUBRIC, max_tokens=value),
+                 lambda: JudgeReward(from_callable(echo_grade), RUBRIC, model=None, call_tokens=None,
+                                     temperature=None, template=DEFAULT_JUDGE_TEMPLATE, max_tokens=value)):
+        with pytest.raises(InvalidArgument) as caught:
+            make()
+        message = str(caught.value)
+        assert "\n" not in message and f"max_tokens={value!r}" in message
+        assert f"call_tokens={value!r}" in message and "run's token budget" in message and "evolve" in message
 
 
 def test_a_judge_needs_a_provider() -> None:

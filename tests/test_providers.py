@@ -34,7 +34,7 @@ from agentdescent.providers import (
     from_callable,
     openai_compatible,
 )
-from agentdescent.providers.sdk import _Redactor
+from agentdescent.providers.redaction import _Redactor
 from tests.llm_server import LLMServer, anthropic_body, openai_body
 
 KEY = "sk-TESTKEY-q7Zx9Lp2Wm4Rv8Ty6Nb3Hc5J"

@@ -177,7 +177,7 @@ def test_evaluate_an_llm_agent_on_a_loopback_server() -> None:
     with LLMServer(responder=answering) as server:
         provider = openai_compatible("test-model", base_url=server.openai_base_url, api_key="sk-local",
                                      max_retries=0)
-        agent = LLMAgent(provider, max_tokens=16)
+        agent = LLMAgent(provider, call_tokens=16)
         mine = Usage()
         before = evaluate(TASKS, exact_match, agent=agent, repeats=2, usage=mine)
         after = evaluate(TASKS, exact_match, agent=agent, rendered=f"# Playbook\n- {RULE}", max_concurrency=3)

@@ -26,7 +26,7 @@ from ..seams import adopt
 from ..tokens import estimate_tokens
 from ..types import Task, sanitize_text
 from ..usage import Usage, current_worker, thread_tokens, usage_phase, worker_scope
-from ..validation import check_int, check_real
+from ..validation import RENAMED, check_int, check_real, check_renamed
 from .proposals import (
     DEFAULT_MAX_CHARS,
     REFUSAL_KINDS,
@@ -272,9 +272,9 @@ class LLMAgent(Agent):
         max_proposal_chars: the longest proposal accepted, in characters (default 400
             for a rule, 4000 for a rewrite); a longer one is refused as ``too_long``.
         model: passed as ``model=`` on every call (``None``: the provider's default).
-        max_tokens: the **per-call** limit on each reply's length, passed as
-            ``max_tokens=`` (``None``: the provider's default); an int > 0. Not the run's
-            token budget: that is ``evolve(max_tokens=...)``.
+        call_tokens: the **per-call** cap on each reply's length, in tokens, sent as the
+            provider's ``max_tokens=`` option (``None``: the provider's default); an int > 0.
+            Not the run's token budget: that is ``evolve(max_tokens=...)``.
         temperature: passed as ``temperature=`` (``None``: the provider's default); a
             number >= 0.
         usage: the meter to record into (see above).
@@ -288,6 +288,8 @@ class LLMAgent(Agent):
             conversations); None: ``provider`` does both.
         propose_model: ``model=`` for the proposal calls (default: ``model`` when the
             proposer is ``provider``, else the proposer's own default).
+        max_tokens: refused, whatever its value: the per-call cap's old name (now
+            ``call_tokens``); ``max_tokens`` is the run's budget, given to `evolve`.
 
     Attributes:
         usage: the agent's token meter.
@@ -296,9 +298,11 @@ class LLMAgent(Agent):
 
     Raises:
         TypeError: ``provider`` has no ``complete`` method, a template is not a str, or
-            ``max_tokens`` / ``temperature`` / ``max_proposal_chars`` has the wrong type.
+            ``call_tokens`` / ``temperature`` / ``max_proposal_chars`` has the wrong type.
         ValueError: a template uses an unknown field or lacks a required one; a limit
-            is out of range; ``proposal`` is not ``"rule"``, ``"rewrite"`` or ``"edit"``.
+            is out of range; ``proposal`` is not ``"rule"``, ``"rewrite"`` or ``"edit"``;
+            ``max_tokens`` is given (an `agentdescent.errors.InvalidArgument` naming
+            ``call_tokens``).
     """
 
     def __init__(
@@ -310,7 +314,7 @@ class LLMAgent(Agent):
         proposal: str = "rule",
         max_proposal_chars: int | None = None,
         model: str | None = None,
-        max_tokens: int | None = None,
+        call_tokens: int | None = None,
         temperature: float | None = None,
         usage: Usage | None = None,
         conversation: bool = False,
@@ -318,7 +322,10 @@ class LLMAgent(Agent):
         context_options: Mapping[str, Any] | None = None,
         propose_with: Provider | None = None,
         propose_model: str | None = None,
+        max_tokens: Any = RENAMED,
     ) -> None:
+        check_renamed(max_tokens, "max_tokens", "call_tokens", owner="LLMAgent", what="the per-call reply cap",
+                      why="max_tokens is the run's token budget, given to evolve(max_tokens=...)")
         self.provider = adopt(provider, Provider, "provider",
                               fix="wrap a plain function with agentdescent.providers.from_callable(fn)")
         self.proposer = self.provider if propose_with is None else adopt(
@@ -350,9 +357,9 @@ class LLMAgent(Agent):
             "max_proposal_chars", low=1, owner="LLMAgent",
             hint="the longest proposal accepted, in characters",
         )
-        self.max_tokens = check_int(
-            max_tokens, "max_tokens", low=1, optional=True, owner="LLMAgent",
-            hint="the per-call limit on each reply's length in tokens (None: the provider's "
+        self.call_tokens = check_int(
+            call_tokens, "call_tokens", low=1, optional=True, owner="LLMAgent",
+            hint="the per-call cap on each reply's length in tokens (None: the provider's "
             "default); the run's token budget is evolve(max_tokens=...), not this",
         )
         self.temperature = check_real(temperature, "temperature", low=0.0, optional=True, owner="LLMAgent",
@@ -387,7 +394,7 @@ class LLMAgent(Agent):
         """What the agent did with the replies it got, as a consistent copy of its counters.
 
         Keys: ``solves`` (solve calls), ``solves_truncated`` (solve replies cut off by
-        ``max_tokens``: an answer cut short usually scores 0), ``proposals`` (propose
+        ``call_tokens``: an answer cut short usually scores 0), ``proposals`` (propose
         calls that returned), ``rules`` (proposals returned as a rule or rewrite),
         ``declined`` (the model answered NONE), one key per refusal kind in
         `REFUSAL_KINDS` (``truncated``, ``empty``, ``restated``, ``echoed``,
@@ -444,7 +451,7 @@ class LLMAgent(Agent):
         return f"LLMAgent(provider={self.provider!r}, model={self.model!r})"
 
     def _options(self, model: str | None = None) -> dict[str, Any]:
-        opts = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature}
+        opts = {"model": model, "max_tokens": self.call_tokens, "temperature": self.temperature}
         return {k: v for k, v in opts.items() if v is not None}
 
     def _call(self, messages: list[dict[str, str]], *, propose: bool = False) -> Completion:
@@ -504,7 +511,7 @@ class LLMAgent(Agent):
         """Run ``task`` with the rendered artifact (see `messages_for_solve` for where it goes).
 
         Returns:
-            The model's reply (possibly empty). A reply cut off by ``max_tokens`` is
+            The model's reply (possibly empty). A reply cut off by ``call_tokens`` is
             returned as it is and counted (``stats()["solves_truncated"]``, with a
             warning at the 1st, 10th, 100th... one).
 
@@ -517,10 +524,10 @@ class LLMAgent(Agent):
             n = self._bump("solves_truncated")
             if _is_power_of_ten(n):
                 log.warning(
-                    "LLMAgent: a solve reply was cut off by the per-call limit max_tokens=%s "
+                    "LLMAgent: a solve reply was cut off by the per-call limit call_tokens=%s "
                     "(%d so far, model %r); a cut-off answer usually scores 0. Raise "
-                    "LLMAgent(max_tokens=...) (the per-call limit, not evolve's budget)",
-                    self.max_tokens, n, self.model,
+                    "LLMAgent(call_tokens=...) (the per-call limit, not evolve's budget)",
+                    self.call_tokens, n, self.model,
                 )
         return reply.text
 
@@ -530,10 +537,10 @@ class LLMAgent(Agent):
         The reply goes through `parse_proposal`: a reply of NONE (any case, with
         punctuation or markup around it, or as its first line) is no change
         (``declined``); headings, list markers, labels, quotes and meta-commentary are
-        stripped; a reply cut off by ``max_tokens``, one that restates the artifact or
+        stripped; a reply cut off by ``call_tokens``, one that restates the artifact or
         echoes the task, one over ``max_proposal_chars`` and one that is not a rule are
         refused. Every outcome is counted in `stats`. Empty and cut-off replies also log a
-        warning at their 1st, 10th, 100th... occurrence (usually ``max_tokens`` is too
+        warning at their 1st, 10th, 100th... occurrence (usually ``call_tokens`` is too
         small, for a reasoning model especially).
 
         Returns:
@@ -573,11 +580,11 @@ class LLMAgent(Agent):
         if parsed.kind in ("empty", "truncated") and _is_power_of_ten(n):
             what = "empty" if parsed.kind == "empty" else "cut off by the per-call limit"
             log.warning(
-                "LLMAgent: %d proposal(s) so far came back %s (model %r, max_tokens=%s); "
+                "LLMAgent: %d proposal(s) so far came back %s (model %r, call_tokens=%s); "
                 "each is treated as no change. If this keeps happening, raise "
-                "LLMAgent(max_tokens=...), the per-call limit (a reasoning model may spend "
+                "LLMAgent(call_tokens=...), the per-call limit (a reasoning model may spend "
                 "it all before answering), or check propose_template",
-                n, what, self.model, self.max_tokens,
+                n, what, self.model, self.call_tokens,
             )
         elif parsed.kind != "rule":
             log.debug("LLMAgent: proposal refused (%s): %.120r", parsed.kind, reply.text)

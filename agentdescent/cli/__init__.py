@@ -1,8 +1,9 @@
 """The command line (`agentdescent`, `python -m agentdescent`): run directories and their views.
 
-Owns parsing and the `init` / `run` / `resume` commands (`main`), the run directory's files
-(`rundir`), the one-driver lock (`runlock`), a spec turned into a run (`runspec`), code runs
-(`runtree`), the read-only commands (`runviews`), `plan`, the report, `explain` and the demo.
+Owns the flags (`parser`, their defaults the engines' config's), the `init` / `run` /
+`resume` commands (`main`), the run directory's files (`rundir`), the one-driver lock
+(`runlock`), a spec turned into a run (`runspec`), code runs (`runtree`), the read-only
+commands (`runviews`), `plan`, the report, `explain` and the demo.
 It is the top layer: it may import every package below; nothing in the package imports it.
 """
 

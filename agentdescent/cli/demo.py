@@ -23,8 +23,9 @@ from pathlib import Path
 
 from ..domains.router import RouterDomain
 from ..engine.entry import evolve
+from .runspec import knob_default
 
-__all__ = ["main"]
+__all__ = ["KNOB_FLAGS", "demo_parser", "main"]
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -35,19 +36,32 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line, sep, *body])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the demo; returns the process exit code."""
+#: The demo's flags that mirror an engine knob -> that knob (their defaults are the engines': `knob_default`).
+KNOB_FLAGS = {"--seed": "seed", "--rounds": "rounds", "--workers": "n_workers", "--refresh-interval": "refresh_interval"}
+
+
+def demo_parser() -> argparse.ArgumentParser:
+    """``agentdescent demo``'s argument parser."""
     parser = argparse.ArgumentParser(prog="agentdescent demo", description=__doc__.split("\n\n")[0])
+    knob = {flag: knob_default(name) for flag, name in KNOB_FLAGS.items()}
     parser.add_argument("--ledger", type=Path, default=None,
                         help="SQLite ledger file to keep (a second run resumes it); default: a temporary one")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the domain and the run (default 0)")
-    parser.add_argument("--rounds", type=int, default=15, help="sync rounds (default 15)")
-    parser.add_argument("--workers", type=int, default=4, help="workers (default 4)")
-    parser.add_argument("--refresh-interval", type=int, default=1,
-                        help="rounds a worker keeps its snapshot; above 1 diffs can be stale (default 1)")
+    parser.add_argument("--seed", type=int, default=knob["--seed"],
+                        help=f"seed of the domain and the run (default {knob['--seed']})")
+    parser.add_argument("--rounds", type=int, default=knob["--rounds"], help=f"sync rounds (default {knob['--rounds']})")
+    parser.add_argument("--workers", type=int, default=knob["--workers"], help=f"workers (default {knob['--workers']})")
+    parser.add_argument("--refresh-interval", type=int, default=knob["--refresh-interval"],
+                        help="rounds a worker keeps its snapshot; above 1 diffs can be stale "
+                        f"(default {knob['--refresh-interval']})")
     parser.add_argument("--noise", type=float, default=0.25,
                         help="probability that a proposal names a wrong label (default 0.25)")
     parser.add_argument("--progress", action="store_true", help="show progress bars")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; returns the process exit code."""
+    parser = demo_parser()
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.workers < 1 or args.refresh_interval < 1:
         parser.error("--rounds, --workers and --refresh-interval must be at least 1")

@@ -22,9 +22,12 @@ The ``--reward`` names are `agentdescent.rewards.builtin.by_name`'s (one home fo
 ``MODULE:FUNC``; each built-in returns a `agentdescent.rewards.builtin.Score` whose feedback
 reaches the proposer.
 
-This module owns argument parsing, the commands that drive a run and the error boundary (the read-only ones are `agentdescent.cli.runviews`'s, the HTML report `agentdescent.cli.report`'s); the run directory's
-files are `agentdescent.cli.rundir`'s and the evolution itself is `agentdescent.engine.entry.evolve`'s.
-It must not print secrets.
+This module owns which function runs each command (`COMMANDS`), the commands that drive a
+run (``init``, ``run``, ``resume``) and the error boundary. The flags are
+`agentdescent.cli.parser`'s (their defaults the engines'), the read-only commands
+`agentdescent.cli.runviews`'s, the HTML report `agentdescent.cli.report`'s, the run
+directory's files `agentdescent.cli.rundir`'s and the evolution itself
+`agentdescent.engine.entry.evolve`'s. It must not print secrets.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import os
 import shlex
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,7 @@ from ..merge.aggregator import AggregatorConfig
 from ..types import one_line
 from .demo import main as demo_main
 from .explain import likely_cause, round_record
+from .parser import build_parser
 from .plan import cmd_plan
 from .rundir import (
     SPEC_FORMAT,
@@ -72,7 +76,6 @@ from .runlock import hold
 from .runspec import (
     ARTIFACT_ID,
     DEFAULT_KEY_ENV,
-    REWARD_HELP,
     check_answers,
     check_base_url,
     check_key_env,
@@ -84,8 +87,9 @@ from .runspec import (
     make_strategy,
     no_ledger,
     redact,
+    spec_knob,
 )
-from .runtree import DEFAULT_SUITE_TIMEOUT, check_flags, init_tree, open_suite, suite_line
+from .runtree import check_flags, init_tree, open_suite, suite_line
 from .runtree import evolve_kwargs as tree_evolve_kwargs
 from .runviews import (
     cmd_eval,
@@ -97,7 +101,7 @@ from .runviews import (
     test_summary,
 )
 
-__all__ = ["EXIT_INTERRUPTED", "SPEC_FORMAT", "UsageError", "main"]
+__all__ = ["COMMANDS", "EXIT_INTERRUPTED", "SPEC_FORMAT", "UsageError", "main"]
 
 #: The exit code of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
 EXIT_INTERRUPTED = 130
@@ -275,8 +279,8 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
             agg = AggregatorConfig(false_accept_rate=spec["false_accept_rate"]) \
                 if spec.get("false_accept_rate") else None
             kwargs: dict[str, Any] = dict(
-                artifact_id=ARTIFACT_ID, n_workers=workers, seed=int(spec.get("seed", 0)),
-                held_out_frac=spec.get("held_out_frac", 0.4), max_tokens=max_tokens, ledger=ledger,
+                artifact_id=ARTIFACT_ID, n_workers=workers, seed=int(spec_knob(spec, "seed")),
+                held_out_frac=spec_knob(spec, "held_out_frac"), max_tokens=max_tokens, ledger=ledger,
                 on_round=on_round, progress=True, test_tasks=test_tasks, stratify=spec.get("stratify"),
                 patience=patience, agg_config=agg,
             )
@@ -369,7 +373,7 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
         raise no_ledger(run)
     with SqliteLedger(run.ledger_file) as ledger:
         saved = read_progress(ledger, ARTIFACT_ID)
-    planned, workers = spec.get("run_rounds", 15), spec.get("run_workers", 4)
+    planned, workers = spec_knob(spec, "rounds", "run_rounds"), spec_knob(spec, "n_workers", "run_workers")
     if spec.get("run_async"):  # an async run's saved rounds are merges: what is left is counted in rollouts
         done_rollouts = sum(r.rollouts for r in saved.rounds) if saved else 0
         left = max(0, -(-(planned * workers - done_rollouts) // workers))
@@ -383,203 +387,14 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
               f"`agentdescent resume {run.path} --rounds N` adds N more")
         return 0
     spec["run_command"] = _command_line(args)
-    return _execute(run, spec, rounds=rounds, workers=spec.get("run_workers", 4),
-                    max_tokens=spec.get("run_max_tokens"), asynchronous=bool(spec.get("run_async")),
-                    patience=spec.get("run_patience"))
+    return _execute(run, spec, rounds=rounds, workers=workers,
+                    max_tokens=spec_knob(spec, "max_tokens", "run_max_tokens"),
+                    asynchronous=bool(spec.get("run_async")), patience=spec_knob(spec, "patience", "run_patience"))
 
 
 def _command_line(args: argparse.Namespace) -> str:
     """The command as typed (``agentdescent ...``), for the spec and the report (no flag takes a key)."""
     return shlex.join(["agentdescent", *getattr(args, "argv", [])])
-
-
-# --------------------------------------------------------------------------- parser
-
-
-def _positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{value!r}: use a number >= 1")
-    return n
-
-
-class _DefaultsFormatter(argparse.HelpFormatter):
-    """Every option's help ends with its default, unless the help already says it (a flag has none)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if not action.option_strings or action.required or "(default" in text or action.default is False or \
-                action.default == argparse.SUPPRESS:
-            return text
-        shown = "none" if action.default is None else "%(default)s"
-        return f"{text} (default: {shown})".lstrip()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``agentdescent`` argument parser (every command has ``--help``)."""
-    parser = _Parser(prog="agentdescent", description="Parallel self-evolution of LLM agent artifacts.")
-    parser.add_argument("--version", action="version", version=f"agentdescent {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    defaults = _DefaultsFormatter
-
-    p = sub.add_parser("demo", help="the offline demo (simulated domain, SQLite ledger, no API key)",
-                       add_help=False)
-    p.set_defaults(func=None)
-
-    p = sub.add_parser("init", help="make a run directory: spec.json and a copy of the tasks (with --tree, of a "
-                       "project whose code evolves against its tests)",
-                       formatter_class=defaults)
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--tasks", metavar="FILE.jsonl", default=None,
-                   help='one JSON object per line: "prompt", optional "id" and "answer" (default: none; required '
-                   'without --tree)')
-    p.add_argument("--model", required=True, metavar="M", help="the model that answers the tasks (with --tree: "
-                   "the model that writes the edits)")
-    p.add_argument("--provider", choices=["openai", "anthropic"], default="openai",
-                   help="its API: an OpenAI-compatible server, or Anthropic's")
-    p.add_argument("--base-url", metavar="U", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8090/v1")
-    p.add_argument("--api-key-env", metavar="VAR",
-                   help="the environment variable holding the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY); "
-                   "only its name is stored")
-    p.add_argument("--reward", default=None, metavar="REWARD",
-                   help=REWARD_HELP.replace("%", "%%") + " (default: contains)")
-    p.add_argument("--test-tasks", metavar="FILE.jsonl", default=None,
-                   help="a test set (same format, ids not in --tasks), scored at the run's start and end and "
-                   "never used for a decision (default: none)")
-    p.add_argument("--proposer-model", metavar="M", default=None,
-                   help="a second model that writes the proposals while --model answers the tasks "
-                   "(default: none, --model does both)")
-    p.add_argument("--proposer-provider", choices=["openai", "anthropic"], default=None,
-                   help="the proposer's API (default: --provider)")
-    p.add_argument("--proposer-base-url", metavar="U", default=None,
-                   help="the proposer's server (default: --base-url when the proposer uses --provider's API, "
-                   "else that API's own endpoint)")
-    p.add_argument("--proposer-api-key-env", metavar="VAR", default=None,
-                   help="the environment variable holding the proposer's key (default: --api-key-env's when the "
-                   "proposer uses --provider's API, else OPENAI_API_KEY / ANTHROPIC_API_KEY); only its name is "
-                   "stored")
-    p.add_argument("--strategy", choices=["append", "keyed", "single"], default=None,
-                   help="append: a playbook of rules; keyed: one rule per task category; single: one prompt, "
-                   "rewritten whole (default: append)")
-    p.add_argument("--initial", metavar="FILE", help="a starting prompt or playbook (one rule per line)")
-    p.add_argument("--proposal", choices=["rule", "rewrite"], default=None,
-                   help="what the model proposes: one rule, or the whole new text (default: rewrite for "
-                   "--strategy single, else rule)")
-    p.add_argument("--tree", metavar="DIR", default=None,
-                   help="evolve the code of the project in DIR against its own tests: DIR is copied into "
-                   "RUN_DIR/tree, its tests are the tasks and the reward, and the model writes search/replace "
-                   "edits (not with --tasks, --reward, --strategy, --initial, --proposal, --test-tasks)")
-    p.add_argument("--test-cmd", metavar="CMD", default=None,
-                   help="with --tree: the test command, writing JUnit XML to {junit} (default: pytest)")
-    p.add_argument("--include", metavar="GLOB", action="append", default=None,
-                   help="with --tree: the files the run may change, repeatable (default: *.py)")
-    p.add_argument("--exclude", metavar="GLOB", action="append", default=None,
-                   help="with --tree: files it must not change, repeatable, added to the tests (test_*.py, "
-                   "*_test.py, conftest.py, tests/**, test/**), which are never changed (default: the tests)")
-    p.add_argument("--pytest-plugins", metavar="NAMES", default=None,
-                   help="with --tree and pytest: load only these pytest plugins (comma-separated; '' for none) "
-                   "instead of every installed one, which starts each suite run faster (default: every installed)")
-    p.add_argument("--suite-timeout", type=float, metavar="SECONDS", default=None,
-                   help=f"with --tree: seconds one run of the whole suite may take (default: {DEFAULT_SUITE_TIMEOUT:g})")
-    p.add_argument("--seed", type=int, default=0, help="the run's seed (the split, the task order)")
-    p.add_argument("--held-out-frac", type=float, default=0.4, help="the share of tasks held out for acceptance")
-    p.add_argument("--stratify", metavar="FIELD", default=None,
-                   help="split the held-out tasks evenly over this task field, e.g. a label or category "
-                   "(default: none; with --tree, group: each test's class or file)")
-    p.add_argument("--false-accept-rate", type=float, default=0.05, metavar="A",
-                   help="the acceptance test's rate of committing a change that does not help")
-    p.add_argument("--call-tokens", type=_positive, default=None, help="max_tokens per model call (the reply limit)")
-    p.add_argument("--temperature", type=float, default=None, help="the model's sampling temperature "
-                   "(default: the server's)")
-    p.add_argument("--force", action="store_true", help="replace an existing spec")
-    p.set_defaults(func=cmd_init)
-
-    p = sub.add_parser("plan", help="the calls and tokens a round and the run cost at most",
-                       formatter_class=defaults)
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--rounds", type=_positive, default=15, help="rounds to plan for")
-    p.add_argument("--workers", type=_positive, default=4, help="workers a round")
-    p.add_argument("--probe", action="store_true",
-                   help="time one real model call to estimate the wall time (spends one call)")
-    p.set_defaults(func=cmd_plan)
-
-    p = sub.add_parser("run", help="run it, writing ledger.sqlite, rounds.jsonl, status.json, result.json",
-                       formatter_class=defaults)
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--rounds", type=_positive, default=15,
-                   help="rounds to run (with --async: rounds x workers rollouts)")
-    p.add_argument("--workers", type=_positive, default=4, help="workers a round, each one task at a time")
-    p.add_argument("--max-tokens", type=_positive, default=None, help="the run's token budget (default: none)")
-    p.add_argument("--patience", type=_positive, default=None, metavar="N",
-                   help="stop after N rounds' worth of rollouts without a commit (default: never)")
-    p.add_argument("--async", dest="asynchronous", action="store_true", help="the barrier-free runtime")
-    p.add_argument("--restart", action="store_true", help="delete the ledger and rounds and start over")
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("status", help="running / finished / failed / interrupted, with progress",
-                       formatter_class=defaults)
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="every round: proposals (refused, by kind, with an example), each merge decision "
-                   "with its numbers and its reason")
-    p.set_defaults(func=cmd_status)
-
-    p = sub.add_parser("show", help="the artifact at a version, or a diff between two versions",
-                       formatter_class=defaults)
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--version", type=_positive, default=None, help="default: the head")
-    p.add_argument("--diff", type=_positive, nargs=2, metavar=("A", "B"), help="the diff from version A to B")
-    p.add_argument("--round", type=_positive, default=None, metavar="N",
-                   help="round N: its proposals, its decisions with their numbers, and the diff of each commit")
-    p.set_defaults(func=cmd_show)
-
-    p = sub.add_parser("resume", help="continue an interrupted or finished run",
-                       formatter_class=defaults)
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--rounds", type=_positive, default=None, help="rounds to add (default: what the run had left)")
-    p.set_defaults(func=cmd_resume)
-
-    p = sub.add_parser("eval", help="score a version on tasks (a test set), printing the mean, its interval "
-                       "and each task; writes nothing into the run directory",
-                       formatter_class=defaults)
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--tasks", metavar="FILE.jsonl", default=None,
-                   help="the tasks to score on (same format as init's --tasks; at least one); required, except "
-                   "for a tree run (init --tree), whose own tests are run on the version")
-    p.add_argument("--version", type=_positive, default=None, metavar="V",
-                   help="the version to score (default: the head)")
-    p.add_argument("--repeats", type=_positive, default=1, metavar="K",
-                   help="draws per task (default 1; more with a sampled model narrows the interval)")
-    p.add_argument("--workers", type=_positive, default=4, metavar="W", help="model calls at once (default 4)")
-    p.add_argument("--json", metavar="FILE", default=None,
-                   help="also write the evaluation as JSON to FILE, outside the run directory (default: print only)")
-    p.add_argument("--force", action="store_true", help="replace FILE if it exists (a regular file only)")
-    p.set_defaults(func=cmd_eval)
-
-    p = sub.add_parser("export", help="write the rendered artifact to a file (a tree run's files to a folder)",
-                       formatter_class=defaults)
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="the file to write, outside the run directory; for a tree run (init --tree) a folder, "
-                   "new or empty")
-    p.add_argument("--force", action="store_true",
-                   help="replace FILE if it exists (a regular file only); for a tree run, write into a folder "
-                   "with files in it (files of the same paths are replaced, the others kept)")
-    p.add_argument("--version", type=_positive, default=None, help="the version to export (default: the head)")
-    p.set_defaults(func=cmd_export)
-
-    p = sub.add_parser("report", help="one self-contained HTML page about the run",
-                       formatter_class=defaults)
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("-o", "--output", metavar="FILE.html", default=None,
-                   help="where to write it: outside the run directory, or its own RUN_DIR/report.html, replaced "
-                   "freely (default: RUN_DIR/report.html)")
-    p.add_argument("--force", action="store_true", help="replace FILE.html if it exists (a regular file only)")
-    p.set_defaults(func=cmd_report)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -592,6 +407,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+#: What runs each command of `agentdescent.cli.parser.build_parser` (``demo`` has a parser of its own).
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "init": cmd_init, "plan": cmd_plan, "run": cmd_run, "status": cmd_status, "show": cmd_show,
+    "resume": cmd_resume, "eval": cmd_eval, "export": cmd_export, "report": cmd_report,
+}
+
+
 def _main(argv: list[str]) -> int:
     if argv and argv[0] == "demo":
         return demo_main(argv[1:])
@@ -602,7 +424,7 @@ def _main(argv: list[str]) -> int:
         return int(exc.code or 0)
     args.argv = argv
     try:
-        return int(args.func(args))
+        return int(COMMANDS[args.command](args))
     except KeyboardInterrupt:  # outside a run (a run says what it kept)
         print(f"\nagentdescent {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -627,12 +449,4 @@ def _error_line(exc: BaseException) -> str:
         where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
         text = f"{type(exc).__name__}: {text}{where}"
     return redact(text)
-
-
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose error line never echoes a key-shaped value (`redact`)."""
-
-    def error(self, message: str) -> Any:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {redact(message)}\n")
 

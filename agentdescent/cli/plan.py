@@ -19,20 +19,28 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..agents.llm import DEFAULT_EDIT_TEMPLATE, DEFAULT_PROPOSE_TEMPLATE, DEFAULT_REWRITE_TEMPLATE
 from ..agents.proposals import DEFAULT_MAX_CHARS, is_blank_artifact
 from ..code.suite import MAX_FEEDBACK_CHARS
-from ..engine.config import Split
 from ..errors import ProviderAuthError, ProviderError, UsageError
 from ..merge.aggregator import AggregatorConfig
 from ..rewards.builtin import FEEDBACK_LIMIT
 from ..tokens import estimate_tokens
 from ..types import Task, one_line
 from .rundir import RunDir, load_tasks
-from .runspec import initial_state, is_tree, make_agent, make_strategy, proposal_mode, redact
+from .runspec import (
+    initial_state,
+    is_tree,
+    make_agent,
+    make_strategy,
+    proposal_mode,
+    redact,
+    spec_knob,
+    spec_split,
+)
 
 __all__ = ["Probe", "Typical", "cmd_plan", "plan_numbers", "probe_call"]
 
@@ -108,6 +116,192 @@ def _mean(values: Sequence[int]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+@dataclass(frozen=True)
+class _Basis:
+    """What both numbers of a plan are computed from: the split, the texts' tokens, the replies, the probe's fit.
+
+    ``template``, ``start`` and ``longest`` are the proposal template's, the starting
+    artifact's and the longest task prompt's tokens; ``p_train`` and ``p_held`` the mean
+    prompt of each side; ``framing`` and ``ratio`` fit the expected spend's prompts to what
+    a probe measured, ``scale`` the maximum's (see `_probe_fit`).
+    """
+
+    rounds: int
+    workers: int
+    typical: Typical
+    train: Sequence[Task]
+    held: Sequence[Task]
+    stratify: str | None
+    rule_mode: bool
+    template: int
+    start: int
+    longest: int
+    p_train: float
+    p_held: float
+    limit: int | None
+    sampled: bool
+    framing: float
+    ratio: float
+    scale: float
+    reply_max: int
+    reply: int
+    cfg: AggregatorConfig = field(default_factory=AggregatorConfig)
+
+    # ------------------------------------------------------------------ shared counts
+
+    @property
+    def head_sample(self) -> int:
+        """Held-out tasks the starting head is scored on before the first round."""
+        return min(len(self.held), self.cfg.head_sample)
+
+    @property
+    def changes(self) -> float:
+        """Expected proposals a round that change the artifact."""
+        return self.workers * self.typical.fail * self.typical.change
+
+    @property
+    def eval_share(self) -> float:
+        """Expected share of rounds that evaluate a candidate (one of its changes improved its own task)."""
+        return 1.0 - (1.0 - self.typical.improve) ** self.changes
+
+    @property
+    def scored(self) -> int:
+        """Held-out tasks an expected evaluation scores (with ``stratify``, at least a group's and the sample)."""
+        n_held, k = len(self.held), min(len(self.held), self.typical.scored)
+        if self.stratify:  # the held-out tasks of a card's group count as affected: all scored, then the sample
+            groups = {str(x.meta[self.stratify]) for x in self.held}
+            k = min(n_held, max(k, math.ceil(n_held / len(groups)) + self.cfg.coverage_sample))
+        return k
+
+    @property
+    def grow(self) -> float:
+        """Expected tokens the artifact grows by a round."""
+        return self.eval_share * self.typical.commit * self.typical.rule_tokens
+
+    # ------------------------------------------------------------------ a call's tokens, at most
+
+    def art_max(self, r: int) -> int:
+        """The longest the artifact can be after ``r`` rounds."""
+        if not self.rule_mode:
+            return max(self.start, estimate_tokens("x" * DEFAULT_MAX_CHARS["rewrite"]))
+        rule_max = estimate_tokens("- " + "x" * DEFAULT_MAX_CHARS["rule"] + "\n") + 8  # a rendered rule, with room to spare
+        return self.start + r * (self.workers + self.cfg.pool_draw) * rule_max
+
+    def solve_max(self, a: int) -> int:
+        """The most a solve call costs with an artifact of ``a`` tokens: the longest prompt, a reply at the cap."""
+        return math.ceil((a + self.longest + FRAMING_MAX) * self.scale) + self.reply_max
+
+    def propose_max(self, a: int) -> int:
+        """The most a proposal call costs: the template, the artifact, the prompt, a quoted reply and feedback."""
+        feedback = estimate_tokens("\n\nFeedback on the answer: ") + FEEDBACK_LIMIT // 4
+        return math.ceil((self.template + a + self.longest + self.reply_max + feedback + FRAMING_MAX)
+                         * self.scale) + self.reply_max
+
+    # ------------------------------------------------------------------ a call's tokens, expected
+
+    def solve_e(self, a: float, p: float) -> float:
+        """The expected cost of a solve call with an artifact of ``a`` tokens and a prompt of ``p``."""
+        return (a + p) * self.ratio + self.framing + self.reply
+
+    def propose_e(self, a: float) -> float:
+        """The expected cost of a proposal call (a rewrite answers with the whole artifact)."""
+        reply, t = self.reply, self.typical
+        feedback = 12 + min(reply, 40)  # a built-in reward's feedback quotes the reply, cut at 160 characters
+        answer = reply if self.rule_mode else a + t.rule_tokens
+        return (self.template + a + self.p_train + reply + feedback) * self.ratio + self.framing + answer
+
+
+def _probe_fit(probe: Probe | None, typical: Typical) -> tuple[float, float, float]:
+    """``(framing, ratio, scale)``: the probe's prompt, as its provider counted it, against the estimate of its texts.
+
+    What is over the estimate is the chat template's framing (the expected spend's, and up
+    to ``FRAMING_MAX`` the maximum's; beyond that the maximum scales every prompt up), what
+    is under it a sparser tokenizer (the expected spend scales its prompts down).
+    """
+    framing, ratio, scale = float(typical.framing), 1.0, 1.0
+    if probe is not None and probe.estimated_prompt > 0:
+        extra = probe.prompt_tokens - probe.estimated_prompt
+        framing, ratio = (float(extra), 1.0) if extra >= 0 else (0.0, probe.prompt_tokens / probe.estimated_prompt)
+        scale = max(1.0, (probe.prompt_tokens - FRAMING_MAX) / probe.estimated_prompt)
+    return framing, ratio, scale
+
+
+def _basis(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, workers: int, probe: Probe | None,
+           typical: Typical) -> _Basis:
+    """The plan's `_Basis`, read off the spec, the tasks and the probe."""
+    train, held = spec_split(spec, tasks)
+    rule_mode = proposal_mode(spec) == "rule"
+    template = DEFAULT_PROPOSE_TEMPLATE if rule_mode else DEFAULT_REWRITE_TEMPLATE
+    limit = spec.get("call_tokens")
+    framing, ratio, scale = _probe_fit(probe, typical)
+    return _Basis(
+        rounds=rounds, workers=workers, typical=typical, train=train, held=held, stratify=spec.get("stratify"),
+        rule_mode=rule_mode,
+        template=estimate_tokens(template.format(artifact="", prompt="", output="", reward=0.0, task_id="",
+                                                 feedback="", feedback_text="")),
+        start=_text_tokens(_rendered_start(spec, tasks)), longest=max(estimate_tokens(t.prompt) for t in tasks),
+        p_train=_mean([estimate_tokens(x.prompt) for x in train]),
+        p_held=_mean([estimate_tokens(x.prompt) for x in held]),
+        limit=limit, sampled=spec.get("temperature") != 0,  # None: the provider's default, which samples
+        framing=framing, ratio=ratio, scale=scale,
+        reply_max=int(limit) if limit else max(UNLIMITED_REPLY, probe.completion_tokens if probe else 0),
+        reply=probe.completion_tokens if probe else (limit // 2 if limit else typical.reply),
+    )
+
+
+def _maximum(b: _Basis) -> dict[str, Any]:
+    """The most calls and tokens: every rollout proposes, every round evaluates a candidate with every re-draw."""
+    cfg, w = b.cfg, b.workers
+    cards = w + cfg.pool_draw
+    solves_round = 2 * w + 2 * cards + (3 + 2 * cfg.rescore_draws) * len(b.held)
+    round_max = [solves_round * b.solve_max(b.art_max(r + 1)) + w * b.propose_max(b.art_max(r)) for r in range(b.rounds)]
+    s0 = b.head_sample
+    return {"calls": s0 + cfg.noise_probe + b.rounds * (solves_round + w),
+            "tokens": s0 * b.solve_max(b.start) + cfg.noise_probe * b.solve_max(b.art_max(b.rounds)) + sum(round_max),
+            "calls_per_round": solves_round + w, "tokens_per_round": max(round_max, default=0)}
+
+
+def _expected(b: _Basis) -> dict[str, Any]:
+    """The expected calls and tokens, with the shares of ``b.typical``."""
+    t, w, k, eval_share = b.typical, b.workers, b.scored, b.eval_share
+    proposals = w * t.fail
+    changes = b.changes
+    head = k * (max(0.0, 1.0 - b.head_sample / len(b.held)) + t.commit / 2)
+    pairs = k * t.discordant
+    redraws = 3 * pairs if b.sampled else 0.0
+    learning = 0.0 if b.sampled else min(b.cfg.noise_probe, b.rounds * eval_share * 2 * pairs)
+    eval_calls = k + head + redraws
+    round_e = []
+    for r in range(b.rounds):
+        a = b.start + r * b.grow
+        round_e.append(w * b.solve_e(a, b.p_train) + changes * b.solve_e(a + t.rule_tokens, b.p_train)
+                       + proposals * b.propose_e(a) + eval_share * eval_calls * b.solve_e(a, b.p_held))
+    calls = b.head_sample + learning + b.rounds * (w + proposals + changes + eval_share * eval_calls)
+    tokens = (b.head_sample * b.solve_e(b.start, b.p_held)
+              + learning * b.solve_e(b.start + b.rounds * b.grow / 2, b.p_held) + sum(round_e))
+    return {"calls": round(calls), "tokens": round(tokens),
+            "calls_per_round": round(w + proposals + changes + eval_share * eval_calls),
+            "tokens_per_round": round(sum(round_e) / b.rounds)}
+
+
+def _test_set(b: _Basis, test_tasks: Sequence[Task], repeats: int) -> tuple[int, int, int]:
+    """``(calls, most tokens, expected tokens)`` of scoring the test set at the start and at the end."""
+    prompts = [estimate_tokens(x.prompt) for x in test_tasks]
+    most = sum(repeats * (b.solve_max(b.start) + b.solve_max(b.art_max(b.rounds))) for _ in prompts)
+    expected = sum(repeats * (b.solve_e(b.start, p) + b.solve_e(b.start + b.rounds * b.grow, p)) for p in prompts)
+    return 2 * len(test_tasks) * repeats, most, round(expected)
+
+
+def _wall_times(out: dict[str, Any], probe: Probe) -> None:
+    """Add the probe's wall times to ``out``: calls / workers x the probe's seconds (the maximum's replies slower)."""
+    per_call = probe.seconds / out["workers"]
+    test_calls = out["max"]["test_calls"]
+    # a reply at the limit takes longer than the probe's: as many times as it is longer
+    out["slowdown"] = max(1.0, out["reply_max"] / max(1, probe.completion_tokens))
+    out["seconds_expected"] = (out["expected"]["calls"] + test_calls) * per_call
+    out["seconds_max"] = (out["max"]["calls"] + test_calls) * per_call * out["slowdown"]
+
+
 def plan_numbers(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, workers: int, *,
                  probe: Probe | None = None, test_tasks: Sequence[Task] = (),
                  typical: Typical = Typical()) -> dict[str, Any]:
@@ -160,111 +354,17 @@ def plan_numbers(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, worke
         probe's seconds, the maximum's replies at the limit taking as many times longer as
         they are longer than the probe's, ``slowdown``).
     """
-    cfg = AggregatorConfig()
-    stratify = spec.get("stratify")
-    train, held = Split(held_out_frac=spec.get("held_out_frac", 0.4), stratify=stratify).split(
-        tasks, int(spec.get("seed", 0)))
-    n_held, w, t = len(held), workers, typical
-    rule_mode = proposal_mode(spec) == "rule"
-    template = DEFAULT_PROPOSE_TEMPLATE if rule_mode else DEFAULT_REWRITE_TEMPLATE
-    tpl = estimate_tokens(template.format(artifact="", prompt="", output="", reward=0.0, task_id="",
-                                          feedback="", feedback_text=""))
-    start = _text_tokens(_rendered_start(spec, tasks))
-    limit = spec.get("call_tokens")
-    sampled = spec.get("temperature") != 0  # None: the provider's default, which samples
-    prompts = [estimate_tokens(task.prompt) for task in tasks]
-    # The probe's prompt, as its provider counted it, against the estimate of its texts: what is
-    # over the estimate is the chat template's framing (the expected spend's, and up to
-    # FRAMING_MAX the maximum's; beyond that the maximum scales every prompt up), what is under
-    # it a sparser tokenizer (the expected spend scales its prompts down).
-    framing, ratio, scale = float(t.framing), 1.0, 1.0
-    if probe is not None and probe.estimated_prompt > 0:
-        extra = probe.prompt_tokens - probe.estimated_prompt
-        framing, ratio = (float(extra), 1.0) if extra >= 0 else (0.0, probe.prompt_tokens / probe.estimated_prompt)
-        scale = max(1.0, (probe.prompt_tokens - FRAMING_MAX) / probe.estimated_prompt)
-
-    # ------------------------------------------------------------------ the maximum
-    reply_max = int(limit) if limit else max(UNLIMITED_REPLY, probe.completion_tokens if probe else 0)
-    s0 = min(n_held, cfg.head_sample)
-    cards = w + cfg.pool_draw
-    solves_round = 2 * w + 2 * cards + (3 + 2 * cfg.rescore_draws) * n_held
-    rule_max = estimate_tokens("- " + "x" * DEFAULT_MAX_CHARS["rule"] + "\n") + 8  # a rendered rule, with room to spare
-
-    def art_max(r: int) -> int:
-        return start + r * cards * rule_max if rule_mode else max(start, estimate_tokens("x" * DEFAULT_MAX_CHARS["rewrite"]))
-
-    p_max = max(prompts)
-
-    def solve_max(a: int) -> int:
-        return math.ceil((a + p_max + FRAMING_MAX) * scale) + reply_max
-
-    def propose_max(a: int) -> int:
-        feedback = estimate_tokens("\n\nFeedback on the answer: ") + FEEDBACK_LIMIT // 4
-        return math.ceil((tpl + a + p_max + reply_max + feedback + FRAMING_MAX) * scale) + reply_max
-
-    round_max = [solves_round * solve_max(art_max(r + 1)) + w * propose_max(art_max(r)) for r in range(rounds)]
-    calls_max = s0 + cfg.noise_probe + rounds * (solves_round + w)
-    tokens_max = s0 * solve_max(start) + cfg.noise_probe * solve_max(art_max(rounds)) + sum(round_max)
-
-    # ------------------------------------------------------------------ the expected
-    reply = probe.completion_tokens if probe else (limit // 2 if limit else t.reply)
-    p_train = _mean([estimate_tokens(x.prompt) for x in train])
-    p_held = _mean([estimate_tokens(x.prompt) for x in held])
-    proposals = w * t.fail
-    changes = proposals * t.change
-    eval_share = 1.0 - (1.0 - t.improve) ** changes
-    evaluations = rounds * eval_share
-    k = min(n_held, t.scored)
-    if stratify:  # the held-out tasks of a card's group count as affected: all scored, then the sample
-        groups = {str(x.meta[stratify]) for x in held}
-        k = min(n_held, max(k, math.ceil(n_held / len(groups)) + cfg.coverage_sample))
-    head = k * (max(0.0, 1.0 - s0 / n_held) + t.commit / 2)
-    pairs = k * t.discordant
-    redraws = 3 * pairs if sampled else 0.0
-    learning = 0.0 if sampled else min(cfg.noise_probe, evaluations * 2 * pairs)
-    eval_calls = k + head + redraws
-    grow = eval_share * t.commit * t.rule_tokens
-
-    def solve_e(a: float, p: float) -> float:
-        return (a + p) * ratio + framing + reply
-
-    def propose_e(a: float) -> float:
-        feedback = 12 + min(reply, 40)  # a built-in reward's feedback quotes the reply, cut at 160 characters
-        answer = reply if rule_mode else a + t.rule_tokens
-        return (tpl + a + p_train + reply + feedback) * ratio + framing + answer
-
-    round_e = []
-    for r in range(rounds):
-        a = start + r * grow
-        round_e.append(w * solve_e(a, p_train) + changes * solve_e(a + t.rule_tokens, p_train)
-                       + proposals * propose_e(a) + eval_share * eval_calls * solve_e(a, p_held))
-    calls_e = s0 + learning + rounds * (w + proposals + changes + eval_share * eval_calls)
-    tokens_e = s0 * solve_e(start, p_held) + learning * solve_e(start + rounds * grow / 2, p_held) + sum(round_e)
-
-    # ------------------------------------------------------------------ the test set
-    repeats = int(spec.get("test_repeats", 1))
-    test_calls = 2 * len(test_tasks) * repeats
-    p_test = [estimate_tokens(x.prompt) for x in test_tasks]
-    test_max = sum(repeats * (solve_max(start) + solve_max(art_max(rounds))) for _ in p_test)
-    test_e = sum(repeats * (solve_e(start, p) + solve_e(start + rounds * grow, p)) for p in p_test)
-
+    b = _basis(spec, tasks, rounds, workers, probe, typical)
+    test_calls, test_max, test_e = _test_set(b, test_tasks, int(spec_knob(spec, "test_repeats")))
     out: dict[str, Any] = {
-        "tasks": len(tasks), "train": len(train), "held_out": n_held, "rounds": rounds, "workers": workers,
-        "reply_max": reply_max, "reply_limited": bool(limit), "reply": reply, "sampled": sampled,
-        "eval_share": eval_share, "scored": k, "ratio": ratio, "framing": framing,
-        "max": {"calls": calls_max, "tokens": tokens_max, "calls_per_round": solves_round + w,
-                "tokens_per_round": max(round_max, default=0), "test_calls": test_calls, "test_tokens": test_max},
-        "expected": {"calls": round(calls_e), "tokens": round(tokens_e),
-                     "calls_per_round": round(w + proposals + changes + eval_share * eval_calls),
-                     "tokens_per_round": round(sum(round_e) / rounds), "test_calls": test_calls,
-                     "test_tokens": round(test_e)},
+        "tasks": len(tasks), "train": len(b.train), "held_out": len(b.held), "rounds": rounds, "workers": workers,
+        "reply_max": b.reply_max, "reply_limited": bool(b.limit), "reply": b.reply, "sampled": b.sampled,
+        "eval_share": b.eval_share, "scored": b.scored, "ratio": b.ratio, "framing": b.framing,
+        "max": {**_maximum(b), "test_calls": test_calls, "test_tokens": test_max},
+        "expected": {**_expected(b), "test_calls": test_calls, "test_tokens": test_e},
     }
     if probe is not None:
-        per_call = probe.seconds / workers
-        # a reply at the limit takes longer than the probe's: as many times as it is longer
-        out["slowdown"] = max(1.0, reply_max / max(1, probe.completion_tokens))
-        out["seconds_expected"] = (out["expected"]["calls"] + test_calls) * per_call
-        out["seconds_max"] = (calls_max + test_calls) * per_call * out["slowdown"]
+        _wall_times(out, probe)
     return out
 
 
@@ -362,7 +462,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"at most: every rollout proposes, every round evaluates a candidate on all {p['held_out']} held-out tasks "
           f"with every re-draw; replies at {limit}")
     if test:
-        draws = int(spec.get("test_repeats", 1))
+        draws = int(spec_knob(spec, "test_repeats"))
         each = f" x {draws} draws" if draws > 1 else ""
         print(f"plus {e['test_calls']:,} test-set calls ({len(test)} tasks{each}, at the start and the end), about "
               f"{e['test_tokens']:,} tokens (at most {m['test_tokens']:,}), outside --max-tokens")
@@ -397,8 +497,7 @@ def _plan_tree(run: RunDir, spec: dict[str, Any], tasks: Sequence[Task], rounds:
                          "sandbox), and the probe times a solve call")
     strategy = make_strategy(spec, tasks)
     start = estimate_tokens(strategy.render(initial_state(spec, strategy, run.path)))
-    train, held = Split(held_out_frac=spec.get("held_out_frac", 0.4), stratify=spec.get("stratify")).split(
-        tasks, int(spec.get("seed", 0)))
+    train, held = spec_split(spec, tasks)
     prompt = max(estimate_tokens(t.prompt) for t in train)
     reported = 2 * (MAX_FEEDBACK_CHARS // 4 + 40)  # the run's output and the reward's feedback, each a test's line
     limit = spec.get("call_tokens")

@@ -4,7 +4,8 @@
 `make_reward` (a built-in ``--reward`` name of `agentdescent.rewards.builtin.by_name`, or
 ``MODULE:FUNC``, imported from the run directory, then the current directory, then the
 installed packages), `check_answers` (every task can be scored, before any call),
-`make_strategy`, `initial_state`, `load_versions` (the artifact's versions in the run's
+`make_strategy`, `initial_state`, `spec_knob` and `spec_split` (an engine knob the spec
+holds, or the engines' own default: `knob_default`), `load_versions` (the artifact's versions in the run's
 ledger), `ledger_problem` (a missing or damaged ledger, in words) and `make_agent` (an
 `agentdescent.LLMAgent`, in rewrite mode for the ``single`` strategy and edit mode for a
 ``tree``; keys read from their environment variables at the moment it is built, never
@@ -24,6 +25,8 @@ print.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import difflib
 import importlib
 import inspect
 import os
@@ -38,16 +41,18 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .. import rewards
 from ..code import FileTree
+from ..engine.config import SYNC_ENGINE, Split, engine_signature
 from ..errors import InvalidArgument, LedgerError, RewardContractError, UsageError
 from ..ledger import SqliteLedger
+from ..merge.aggregator_config import AggregatorConfig
 from ..merge.strategies import AppendRules, KeyedRules, SingleSlot, Strategy
 from ..types import Task
 from .rundir import RunDir, load_tasks
 
 __all__ = ["ARTIFACT_ID", "DEFAULT_KEY_ENV", "REWARD_HELP", "check_answers", "check_base_url",
-           "check_key_env", "check_reward_call", "initial_state", "is_tree", "ledger_problem", "load_versions",
-           "looks_like_key", "make_agent", "make_reward", "make_strategy", "no_ledger", "proposal_mode", "redact",
-           "tree_entry"]
+           "check_key_env", "check_reward_call", "initial_state", "is_tree", "knob_default", "ledger_problem",
+           "load_versions", "looks_like_key", "make_agent", "make_reward", "make_strategy", "no_ledger",
+           "proposal_mode", "redact", "spec_knob", "spec_split", "tree_entry"]
 
 ARTIFACT_ID = "artifact"
 REWARD_HELP = ("exact, normalized, contains, choice:A,B,..., number:TOL (number:1% relative), "
@@ -375,6 +380,46 @@ def _provider(model: str, kind: str, base_url: str | None, env_var: str | None, 
     return factory(model, **options)
 
 
+def knob_default(name: str) -> Any:
+    """The engines' default of the knob ``name``, read where the engines read it.
+
+    A keyword of `agentdescent.evolve` (a field of `agentdescent.engine.config.RunConfig`
+    or of one of its families, through `agentdescent.engine.config.engine_signature`), or
+    a field of `agentdescent.merge.aggregator_config.AggregatorConfig` (``agg_config``).
+    The command line's flags and a spec's missing keys fall back on it, so a default lives
+    in one place.
+
+    Raises:
+        InvalidArgument: ``name`` is neither (with the closest knob).
+    """
+    params = engine_signature(SYNC_ENGINE).parameters
+    if name in params and params[name].default is not inspect.Parameter.empty:
+        return params[name].default
+    for fld in dataclasses.fields(AggregatorConfig):
+        if fld.name == name and fld.default is not dataclasses.MISSING:
+            return fld.default
+    known = [*params, *(f.name for f in dataclasses.fields(AggregatorConfig))]
+    close = difflib.get_close_matches(name, known, n=1)
+    raise InvalidArgument(f"knob_default({name!r}): not a defaulted keyword of evolve nor a field of AggregatorConfig"
+                          + (f"; did you mean {close[0]!r}?" if close else "; name one of RunConfig's knobs"))
+
+
+def spec_knob(spec: dict[str, Any], knob: str, key: str | None = None) -> Any:
+    """The spec's value of an engine knob (under ``key``, default the knob's name), else the engines' default.
+
+    A spec written before the key existed (or by a ``run`` that did not set it) reads as
+    the default the engines would have used (`knob_default`).
+    """
+    name = knob if key is None else key
+    return spec[name] if name in spec else knob_default(knob)
+
+
+def spec_split(spec: dict[str, Any], tasks: Sequence[Task]) -> tuple[list[Task], list[Task]]:
+    """``(train, held_out)``: the split the run makes of ``tasks`` (its seed, share and ``stratify`` key)."""
+    split = Split(held_out_frac=spec_knob(spec, "held_out_frac"), stratify=spec.get("stratify"))
+    return split.split(tasks, int(spec_knob(spec, "seed")))
+
+
 def proposal_mode(spec: dict[str, Any]) -> str:
     """``"rewrite"``, ``"rule"`` or ``"edit"``: ``edit`` for a tree, else the spec's ``proposal``,
     else rewrite for the ``single`` strategy.
@@ -403,7 +448,7 @@ def make_agent(spec: dict[str, Any], *, propose: bool = True) -> Any:
 
     provider = _provider(spec["model"], spec["provider"], spec.get("base_url"), spec.get("api_key_env"),
                          "the API key's")
-    options: dict[str, Any] = {"max_tokens": spec.get("call_tokens"), "temperature": spec.get("temperature"),
+    options: dict[str, Any] = {"call_tokens": spec.get("call_tokens"), "temperature": spec.get("temperature"),
                                "proposal": proposal_mode(spec)}
     proposer = spec.get("proposer")
     if propose and proposer:

@@ -32,12 +32,11 @@ from typing import Any
 
 from ..code import FileTree, Sandbox, TestSuite
 from ..code.tree import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, SKIPPED_DIRS
-from ..engine.config import Split
 from ..errors import InvalidArgument, UsageError
 from ..types import Task, one_line
 from .rundir import RunDir, atomic_write, check_output, is_inside, write_output, write_tasks
 from .runlock import hold
-from .runspec import make_strategy, tree_entry
+from .runspec import make_strategy, spec_split, tree_entry
 
 __all__ = ["DEFAULT_SUITE_TIMEOUT", "check_eval_flags", "check_flags", "copy_project", "eval_tree", "evolve_kwargs",
            "init_tree", "open_suite", "suite_line", "write_tree"]
@@ -393,8 +392,7 @@ def eval_tree(run: RunDir, spec: dict[str, Any], tasks: Sequence[Task], state: M
     out = Path(args.json) if args.json else None
     if out is not None:
         check_output(out, run.path, "--json", force=args.force)
-    _, held = Split(held_out_frac=spec.get("held_out_frac", 0.4), stratify=spec.get("stratify")).split(
-        tasks, int(spec.get("seed", 0)))
+    _, held = spec_split(spec, tasks)
     held_ids = {t.id for t in held}
     suite = open_suite(spec, run, tasks)
     try:

@@ -8,9 +8,10 @@ group, and the isolation the platform offers, applied in a fresh process by the 
 ``agentdescent/code/_jail.py``: resource limits, a network namespace, a private /dev/shm,
 Landlock (writes only inside the root, /proc closed but for the command's own entry, no
 signal to the engine) and, as root, an empty capability set.
-What holds on this machine is probed once per process and said plainly by
-`Sandbox.protections`; where Landlock is missing the run degrades (a Python audit-hook
-guard, the ``nobody`` user) and says so, and ``require_isolation=True`` refuses instead.
+What holds on this machine is probed once per process (`agentdescent.code.probe`) and said
+plainly by `Sandbox.protections`; where Landlock is missing the run degrades (a Python
+audit-hook guard, the ``nobody`` user) and says so, and ``require_isolation=True`` refuses
+instead. What a run is given is checked by `agentdescent.code.sandbox_args`.
 
 It must not change the state of the engine's own process (no ``unshare``, no rlimit, no
 Landlock outside the launcher), must not let any variable of ``os.environ`` through but
@@ -21,11 +22,9 @@ strategies (`agentdescent.code`'s other modules build on it).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import os
-import re
 import select
 import shutil
 import signal
@@ -36,21 +35,29 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from ..errors import InvalidArgument, InvalidArgumentType, SandboxUnavailable
+from ..errors import InvalidArgument, SandboxUnavailable
 from ..types import clip_middle
 from ..validation import check_bool, check_int, check_real, check_seconds
+from .probe import _JAIL, _Platform, _platform
+from .probe import _nobody as _nobody
+from .sandbox_args import _ENV_NAME as _ENV_NAME
+from .sandbox_args import _FIXED as _FIXED
+from .sandbox_args import _SECRET_NAME as _SECRET_NAME
+from .sandbox_args import (
+    _check_base,
+    _check_command,
+    _check_env,
+    _check_relative,
+    _check_strings,
+    _check_tree,
+)
 
 __all__ = ["Sandbox", "SandboxRun"]
 
-_JAIL = str(Path(__file__).with_name("_jail.py"))
 _PREFIX = "agentdescent-sandbox-"
 _PASSED = ("PATH", "LANG", "LC_ALL", "TZ")
-_FIXED = ("HOME", "TMPDIR", "TMP", "TEMP")
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IGNORED = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".venv", "venv",
                                   "node_modules")
 _READ_BACK_BYTES = 5 * 1024 * 1024
@@ -121,60 +128,6 @@ def _num(value: float | None) -> str:
 def _secs(seconds: float) -> str:
     """A duration for a message, to two figures: ``0.42``, ``3.1``, ``75``."""
     return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
-
-
-# --------------------------------------------------------------------------- the platform probe
-
-
-@dataclass(frozen=True)
-class _Platform:
-    """What isolation this machine offers, as the launcher's probe found it."""
-
-    system: str
-    posix: bool
-    landlock_abi: int = 0
-    net: str | None = None  # "netns" or "userns": how a network namespace can be had
-    caps: bool = False  # running as root, and the capability bounding set can be emptied
-    shm: bool = False  # a private /dev/shm (a mount namespace with its own tmpfs) can be had
-    rlimits: tuple[str, ...] = ()
-    nobody: tuple[int, int] | None = None  # uid, gid to drop to, when root and it can run Python
-
-
-@functools.cache
-def _platform() -> _Platform:
-    """Probe once per process, in a throwaway launcher process, which isolation works here."""
-    system = sys.platform
-    if os.name != "posix":
-        return _Platform(system=system, posix=False)
-    try:
-        done = subprocess.run([sys.executable, "-I", _JAIL, "--probe"], capture_output=True, text=True,
-                              timeout=30, stdin=subprocess.DEVNULL, env={"PATH": os.defpath})
-        found = json.loads(done.stdout)
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return _Platform(system=system, posix=True)
-    abi = int(found.get("landlock_abi") or 0)
-    return _Platform(system=str(found.get("system", system)), posix=True, landlock_abi=abi,
-                     net=found.get("net"), caps=bool(found.get("caps")), shm=bool(found.get("shm")),
-                     rlimits=tuple(found.get("rlimits", ())),
-                     nobody=_nobody() if found.get("euid") == 0 and not abi else None)
-
-
-def _nobody() -> tuple[int, int] | None:
-    """The ``nobody`` user's ids, if it exists and can run this interpreter."""
-    import pwd  # POSIX only; the module itself must import everywhere
-
-    try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        return None
-    for path in {os.path.abspath(sys.executable), os.path.realpath(sys.executable)}:
-        for part in (path, *map(str, Path(path).parents)):  # every folder on the way must let it through
-            try:
-                if not os.stat(part).st_mode & stat.S_IXOTH:
-                    return None
-            except OSError:
-                return None
-    return entry.pw_uid, entry.pw_gid
 
 
 # --------------------------------------------------------------------------- the sandbox
@@ -548,84 +501,3 @@ def _write_tree(work: str, files: dict[str, str]) -> None:
         except OSError as exc:
             raise InvalidArgument(f"Sandbox.run(tree=...): cannot write {rel!r} ({exc.strerror}); "
                                   "a folder of base may stand where the file goes") from None
-
-
-# --------------------------------------------------------------------------- argument checks
-
-
-def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    if env is None:
-        return {}
-    if not isinstance(env, Mapping):
-        raise InvalidArgumentType(f"Sandbox(env={type(env).__name__}): use a mapping of names to str, or None")
-    checked = {}
-    for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise InvalidArgument(f"Sandbox(env=...): {name!r} is not a variable name; use letters, "
-                                  "digits and _ (not starting with a digit)")
-        if not isinstance(value, str):
-            raise InvalidArgumentType(f"Sandbox(env={{{name!r}: {type(value).__name__}}}): use a str value")
-        if "\0" in value:
-            raise InvalidArgument(f"Sandbox(env=...): the value of {name} holds a NUL character")
-        if _SECRET_NAME.search(name) or value.startswith("sk-"):
-            raise InvalidArgument(f"Sandbox(env=...): {name} looks like a secret (its name holds KEY, TOKEN, "
-                                  "SECRET or PASSWORD, or its value starts with 'sk-'); sandboxed code must "
-                                  "never see API keys, so leave it out (or rename the variable if it is no secret)")
-        if name in _FIXED:
-            raise InvalidArgument(f"Sandbox(env=...): {name} always points inside the sandbox; leave it out")
-        checked[name] = value
-    return checked
-
-
-def _check_strings(values: Sequence[str], name: str) -> list[str]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) \
-            or not all(isinstance(value, str) for value in values):
-        raise InvalidArgumentType(f"Sandbox.run({name}={values!r:.200}): use a list of str")
-    return list(values)
-
-
-def _check_command(command: Sequence[str]) -> list[str]:
-    argv = _check_strings(command, "command")
-    if not argv or not argv[0]:
-        raise InvalidArgument(f"Sandbox.run(command={command!r}): give the program and its arguments, "
-                              "e.g. [sys.executable, '-m', 'pytest']")
-    if any("\0" in arg for arg in argv):
-        raise InvalidArgument("Sandbox.run(command=...): an argument holds a NUL character")
-    return argv
-
-
-def _check_relative(path: str, name: str) -> str:
-    """``path`` if it is a relative POSIX path that stays below its folder."""
-    parts = PurePosixPath(path).parts if path else ()
-    if not parts or "\0" in path or path.startswith("/") or ".." in parts:
-        raise InvalidArgument(f"Sandbox.run({name}=...): {path!r} is not a relative path inside the "
-                              "work/ folder; use a path like 'src/app.py' (no leading /, no ..)")
-    return str(PurePosixPath(path))
-
-
-def _check_tree(tree: Mapping[str, str] | None) -> dict[str, str]:
-    if tree is None:
-        return {}
-    if not isinstance(tree, Mapping):
-        raise InvalidArgumentType(f"Sandbox.run(tree={type(tree).__name__}): use a mapping of relative "
-                                  "path to text, or None")
-    files = {}
-    for path, text in tree.items():
-        if not isinstance(path, str):
-            raise InvalidArgumentType(f"Sandbox.run(tree=...): the path {path!r} must be a str")
-        if not isinstance(text, str):
-            raise InvalidArgumentType(f"Sandbox.run(tree=...): the content of {path!r} is a "
-                                      f"{type(text).__name__}; use str")
-        files[_check_relative(path, "tree")] = text
-    return files
-
-
-def _check_base(base: str | os.PathLike[str] | None) -> str | None:
-    if base is None:
-        return None
-    if not isinstance(base, (str, os.PathLike)):
-        raise InvalidArgumentType(f"Sandbox.run(base={base!r}): use a path (str or os.PathLike) or None")
-    path = os.fspath(base)
-    if not os.path.isdir(path):
-        raise InvalidArgument(f"Sandbox.run(base={path!r}): not a directory; pass the folder to copy")
-    return path

@@ -1,8 +1,9 @@
 """Context compaction and the summarizer fork (SPEC §9), under the name users know.
 
-Owns `ContextManager` (`compaction`), the fork rule (`forkrule`, pure) and `mount` (a manager
-from a config mapping); re-exports the token counter and the prices it uses. Imports the ground
-floor and `budget` (prices); it must not import the merge, the engine, the agents or above.
+Owns `ContextManager` (`compaction`, over its `history` and the pure `summaryrequest`), the fork
+rule (`forkrule`, pure) and `mount` (a manager from a config mapping); re-exports the token
+counter and the prices it uses. Imports the ground floor and `budget` (prices); it
+must not import the merge, the engine, the agents or above.
 """
 
 from .mount import (

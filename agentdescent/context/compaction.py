@@ -4,9 +4,12 @@ This module owns `ContextManager` (an append-only message history with stable id
 per-request views, and compaction of old spans into summaries), the decision of how a
 summary call is sent (standalone, or forked off the prefix the provider already has in
 its prompt cache, gated by the span-to-prefix ratio: the rule itself is
-`agentdescent.context.forkrule`'s). `mount` (a manager from a config mapping) is
-`agentdescent.context.mount`'s. Token counts come from `agentdescent.tokens`, prices and the break-even
-from `agentdescent.budget.pricing`, message shapes from `agentdescent.messages`.
+`agentdescent.context.forkrule`'s), the call itself and what the manager counts and logs
+about it. The history, its summaries and its views are `agentdescent.context.history`'s,
+the requests a summary call sends `agentdescent.context.summaryrequest`'s. `mount` (a
+manager from a config mapping) is `agentdescent.context.mount`'s. Token counts come from
+`agentdescent.tokens`, prices and the break-even from `agentdescent.budget.pricing`, message
+shapes from `agentdescent.messages`.
 
 It must not import a provider SDK, open a network connection, read the clock, or edit a
 message it was given: history only grows, and every view is built from it.
@@ -18,28 +21,33 @@ import copy
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..budget.pricing import RateCard
 from ..errors import InvalidArgumentType
-from ..messages import (
-    call_ids,
-    clone,
-    is_tool_call_message,
-    render_for_transcript,
-    unanswered_calls,
-    validate_message,
-)
+from ..messages import clone, validate_message
 from ..model import Provider
 from ..seams import adopt
-from ..tokens import TokenCounter, as_token_counter, tools_tokens
+from ..tokens import TokenCounter, as_token_counter
 from ..validation import check_fraction, check_int, check_real
 from .forkrule import (
     canonical_mode,
     fork_verdict,
     min_span_ratio,
     ratio_warning,
+)
+from .history import History
+from .history import _Summary as _Summary
+from .summaryrequest import (
+    SUMMARY_MESSAGE_HEADER,
+    SUMMARY_REQUEST_TAG,
+    _Sent,
+    fork_misalignment,
+    fork_request,
+    header_tokens,
+    record_sent,
+    standalone_request,
+    summary_budget,
 )
 
 __all__ = [
@@ -50,34 +58,7 @@ __all__ = [
 
 logger = logging.getLogger("agentdescent.compaction")
 
-#: Every summary request's instruction starts with this tag, so a transcript, a log or a
-#: simulator can tell summarizer calls from the agent's own turns.
-SUMMARY_REQUEST_TAG = "[context compaction]"
-
-#: Header of the user message that replaces a summarised span in every later view.
-SUMMARY_MESSAGE_HEADER = "[Summary of earlier conversation]"
-
 # --------------------------------------------------------------------------- the manager
-
-
-@dataclass
-class _Sent:
-    """The request last reported through ``note_request_sent``."""
-
-    messages: list[dict[str, Any]]
-    ids: list[str | None]
-    tools: Any
-    model: str | None
-    tokens: int
-
-
-@dataclass
-class _Summary:
-    id: str
-    start: int  # first history index covered
-    end: int  # one past the last history index covered
-    message: dict[str, Any]
-    tokens: int
 
 
 class ContextManager:
@@ -174,11 +155,7 @@ class ContextManager:
         #: A model the summarizer must use; a fork is only aligned with a prefix sent to
         #: this same model (``None``: whatever model the prefix was sent with).
         self.summary_model: str | None = None
-        self._history: list[dict[str, Any]] = []
-        self._ids: list[str] = []
-        self._tokens: list[int] = []
-        self._summaries: list[_Summary] = []
-        self._covered_upto = 0
+        self._history = History()
         self._last_view: list[tuple[str, dict[str, Any], int]] | None = None
         self._sent: _Sent | None = None
         self._declined_kinds: set[str] = set()
@@ -269,29 +246,25 @@ class ContextManager:
         """
         stored = validate_message(message)
         with self._lock:
-            message_id = f"m{len(self._history) + 1}"
-            self._history.append(stored)
-            self._ids.append(message_id)
-            self._tokens.append(int(self.token_counter.count_message(stored)))
-            return message_id
+            return self._history.add(stored, self.token_counter)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The full history in order (copies; nothing in it is ever edited or removed)."""
         with self._lock:
-            return [clone(m) for m in self._history]
+            return [clone(m) for m in self._history.messages]
 
     @property
     def message_ids(self) -> list[str]:
         """The ids of `messages`, in the same order."""
         with self._lock:
-            return list(self._ids)
+            return list(self._history.ids)
 
     @property
     def view_ids(self) -> list[str]:
         """The ids of the current view (message ids and summary ids), without compacting."""
         with self._lock:
-            return [entry_id for entry_id, _, _ in self._view_entries()]
+            return [entry_id for entry_id, _, _ in self._history.view_entries()]
 
     @property
     def summaries(self) -> list[dict[str, Any]]:
@@ -300,11 +273,11 @@ class ContextManager:
             return [
                 {
                     "id": s.id,
-                    "covers": self._ids[s.start:s.end],
+                    "covers": self._history.ids[s.start:s.end],
                     "message": copy.deepcopy(s.message),
                     "tokens": s.tokens,
                 }
-                for s in self._summaries
+                for s in self._history.summaries
             ]
 
     @property
@@ -346,23 +319,7 @@ class ContextManager:
     def current_tokens(self) -> int:
         """Tokens of the current view (without compacting)."""
         with self._lock:
-            return sum(tokens for _, _, tokens in self._view_entries())
-
-    def _pinned_end(self) -> int:
-        end = 0
-        while end < len(self._history) and self._history[end].get("role") in ("system", "developer"):
-            end += 1
-        return end
-
-    def _raw_start(self) -> int:
-        return max(self._pinned_end(), self._covered_upto)
-
-    def _view_entries(self) -> list[tuple[str, dict[str, Any], int]]:
-        entries = [(self._ids[i], self._history[i], self._tokens[i]) for i in range(self._pinned_end())]
-        entries += [(s.id, s.message, s.tokens) for s in self._summaries]
-        start = self._raw_start()
-        entries += [(self._ids[i], self._history[i], self._tokens[i]) for i in range(start, len(self._history))]
-        return entries
+            return sum(tokens for _, _, tokens in self._history.view_entries())
 
     def get_messages_for_request(self) -> list[dict[str, Any]]:
         """The messages to send now, compacting first if the view has grown too large.
@@ -379,7 +336,7 @@ class ContextManager:
         with self._lock:
             if self.current_tokens > self.summary_trigger * self.max_tokens:
                 self._compact(automatic=True)
-            entries = self._view_entries()
+            entries = self._history.view_entries()
             self._last_view = entries
             return [clone(message) for _, message, _ in entries]
 
@@ -436,174 +393,27 @@ class ContextManager:
         with self._lock:
             reference = self._last_view
             if reference is None:
-                reference = self._view_entries()
-            # Messages that are view entries are stored by reference (history is never
-            # edited) with their known token counts; anything else is copied and counted.
-            sent: list[dict[str, Any]] = []
-            ids: list[str | None] = []
-            tokens = 0
-            if messages is None:
-                for entry_id, message, message_tokens in reference:
-                    sent.append(message)
-                    ids.append(entry_id)
-                    tokens += message_tokens
-            else:
-                cursor = 0
-                for message in messages:
-                    found = None
-                    for k in range(cursor, len(reference)):
-                        if reference[k][1] == message:
-                            found, cursor = k, k + 1
-                            break
-                    if found is None:
-                        sent.append(clone(dict(message)))
-                        ids.append(None)
-                        tokens += int(self.token_counter.count_message(sent[-1]))
-                    else:
-                        sent.append(reference[found][1])
-                        ids.append(reference[found][0])
-                        tokens += reference[found][2]
-            tools_copy = clone(list(tools)) if tools is not None else None
-            tokens += tools_tokens(tools_copy, self.token_counter)
-            self._sent = _Sent(messages=sent, ids=ids, tools=tools_copy, model=model, tokens=tokens)
+                reference = self._history.view_entries()
+            self._sent = record_sent(messages, reference, tools=tools, model=model, counter=self.token_counter)
 
     # ----------------------------------------------------------------- compaction
-
-    def _groups(self, start: int) -> tuple[list[list[int]], int | None]:
-        """Contiguous groups of history indices from ``start``; a tool call and its results share one.
-
-        Returns:
-            The groups, and the index of the first group still holding an unanswered
-            tool call (None if every call is answered).
-        """
-        groups: list[list[int]] = []
-        owner: dict[str, int] = {}  # open call id -> group index
-        for i in range(start, len(self._history)):
-            message = self._history[i]
-            if message.get("role") == "tool" and str(message.get("tool_call_id")) in owner:
-                g = owner[str(message["tool_call_id"])]
-                # Merge everything from the call's group up to here, so the pair is contiguous.
-                merged = [idx for group in groups[g:] for idx in group] + [i]
-                del groups[g:]
-                groups.append(merged)
-                for call_id, gi in list(owner.items()):
-                    if gi >= g:
-                        owner[call_id] = g
-                del owner[str(message["tool_call_id"])]
-                continue
-            groups.append([i])
-            if is_tool_call_message(message):
-                for call_id in call_ids(message):
-                    owner[call_id] = len(groups) - 1
-        return groups, (min(owner.values()) if owner else None)
-
-    def _summary_budget(self, span_tokens: int) -> int:
-        """The ``max_tokens`` a summary of ``span_tokens`` gets: a quarter, at least 32."""
-        return max(32, span_tokens // 4)
-
-    def _header_tokens(self) -> int:
-        return int(self.token_counter.count_message({"role": "user", "content": SUMMARY_MESSAGE_HEADER}))
-
-    def _select_span(self) -> list[int] | None:
-        start = self._raw_start()
-        groups, open_group = self._groups(start)
-        if not groups:
-            return None
-        limit = len(groups) - 1  # the newest group is always protected
-        protected = sum(self._tokens[i] for i in groups[-1])
-        budget = self.protected_recent * self.max_tokens
-        while limit > 0:
-            group_tokens = sum(self._tokens[i] for i in groups[limit - 1])
-            if protected + group_tokens > budget:
-                break
-            protected += group_tokens
-            limit -= 1
-        if open_group is not None:
-            # A group with an unanswered call stays: summarising it would orphan a late result.
-            limit = min(limit, open_group)
-        eligible = groups[:limit]
-        if not eligible:
-            return None
-        need = self.current_tokens - self.target_usage * self.max_tokens
-        span: list[int] = []
-        span_tokens = 0
-        for group in eligible:
-            span.extend(group)
-            span_tokens += sum(self._tokens[i] for i in group)
-            if span_tokens - self._summary_budget(span_tokens) >= need:
-                break
-        return span
-
-    def _check_alignment(self, span_ids: list[str]) -> tuple[str, str] | None:
-        """The first reason a fork cannot reuse the recorded prefix, or None if it can."""
-        sent = self._sent
-        if sent is None:
-            return ("nothing-sent", "no request has been reported through note_request_sent(), "
-                    "so there is no cached prefix to fork from; call it after every request")
-        missing = [i for i in span_ids if i not in sent.ids]
-        if missing:
-            return ("span-not-in-prefix", f"messages {missing[:5]} of the span were not in the last "
-                    "request reported through note_request_sent(); report each request after sending it")
-        unanswered = unanswered_calls(sent.messages)
-        if unanswered:
-            return ("unanswered-tool-calls", f"the recorded prefix ends with unanswered tool calls "
-                    f"{unanswered[:5]}; a summarize instruction cannot follow them")
-        if self.summary_model is not None and self.summary_model != sent.model:
-            return ("model-mismatch", f"summary_model={self.summary_model!r} differs from the model "
-                    f"the prefix was sent to ({sent.model!r}); a cache is per model")
-        return None
-
-    def _standalone_request(self, span: list[int], budget: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        lines = []
-        for i in span:
-            lines.append(render_for_transcript(self._history[i]))
-        instruction = (
-            f"{SUMMARY_REQUEST_TAG} Summarize the conversation excerpt below in at most {budget} "
-            "tokens. Keep the facts, decisions, open questions, names, numbers and tool results "
-            "that later turns may need. Reply with the summary only.\n\n<excerpt>\n"
-            + "\n".join(lines)
-            + "\n</excerpt>"
-        )
-        options: dict[str, Any] = {"max_tokens": budget}
-        model = self.summary_model if self.summary_model is not None else (self._sent.model if self._sent else None)
-        if model is not None:
-            options["model"] = model
-        return [{"role": "user", "content": instruction}], options
-
-    def _fork_request(self, span_ids: list[str], budget: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        sent = self._sent
-        assert sent is not None
-        first = sent.ids.index(span_ids[0]) + 1
-        last = sent.ids.index(span_ids[-1]) + 1
-        instruction = (
-            f"{SUMMARY_REQUEST_TAG} Summarize messages {first} to {last} of the conversation above "
-            f"(counting from 1) in at most {budget} tokens. Keep the facts, decisions, open "
-            "questions, names, numbers and tool results that later turns may need. Reply with the "
-            "summary only."
-        )
-        messages = [clone(m) for m in sent.messages] + [{"role": "user", "content": instruction}]
-        options: dict[str, Any] = {"max_tokens": budget}
-        if sent.model is not None:
-            options["model"] = sent.model
-        if sent.tools is not None:
-            options["tools"] = clone(sent.tools)
-        return messages, options
 
     def _compact(self, automatic: bool = False) -> bool:
         """Select a span, send one summary call (fork or standalone), apply the summary.
 
         Returns True when a summary replaced a span; history is never edited either way.
         """
-        span = self._select_span()
+        span = self._history.select_span(self.protected_recent * self.max_tokens,
+                                         self.target_usage * self.max_tokens)
         if not span:
             return False
-        span_ids = [self._ids[i] for i in span]
+        span_ids = [self._history.ids[i] for i in span]
         if automatic and self._refused_span == (span_ids[0], span_ids[-1]):
             # The same span was just refused; wait until it grows rather than pay again.
             return False
-        span_tokens = sum(self._tokens[i] for i in span)
-        budget = self._summary_budget(span_tokens)
-        if span_tokens <= budget + self._header_tokens():
+        span_tokens = sum(self._history.tokens[i] for i in span)
+        budget = summary_budget(span_tokens)
+        if span_tokens <= budget + header_tokens(self.token_counter):
             # Even a summary at its budget would not be smaller: not worth a call.
             logger.debug("span %s (%d tokens) is too small to summarise", span_ids, span_tokens)
             return False
@@ -626,7 +436,7 @@ class ContextManager:
         fork = False
         if self._mode != "standalone":
             # Alignment first: only a fork that can reuse the sent prefix is worth pricing.
-            misaligned = self._check_alignment(span_ids)
+            misaligned = fork_misalignment(self._sent, span_ids, self.summary_model)
             if misaligned is not None:
                 kind, why = misaligned
                 self.fork_fallbacks += 1
@@ -639,9 +449,10 @@ class ContextManager:
             else:
                 fork = self._predicate(span_tokens, stats)
         if fork:
-            messages, options = self._fork_request(span_ids, budget)
+            messages, options = fork_request(self._sent, span_ids, budget)
         else:
-            messages, options = self._standalone_request(span, budget)
+            messages, options = standalone_request([self._history.messages[i] for i in span], budget,
+                                                    self.summary_model, self._sent)
         stats["forked"] = fork
         stats["fork_fallbacks"] = self.fork_fallbacks
         stats["fork_declines"] = self.fork_declines
@@ -679,13 +490,7 @@ class ContextManager:
                 summary_tokens, span_tokens, self.summaries_refused,
             )
             return False
-        self._summaries.append(
-            _Summary(
-                id=f"s{len(self._summaries) + 1}", start=span[0], end=span[-1] + 1,
-                message=summary_message, tokens=summary_tokens,
-            )
-        )
-        self._covered_upto = span[-1] + 1
+        self._history.cover(span, summary_message, summary_tokens)
         self.compactions += 1
         stats["outcome"] = "compacted"
         logger.debug(
@@ -720,6 +525,6 @@ class ContextManager:
     def __repr__(self) -> str:
         return (
             f"ContextManager(max_tokens={self.max_tokens}, summary_call_mode={self._mode!r}, "
-            f"summary_fork_min_span_ratio={self._ratio_value!r}, messages={len(self._history)}, "
-            f"summaries={len(self._summaries)})"
+            f"summary_fork_min_span_ratio={self._ratio_value!r}, messages={len(self._history.messages)}, "
+            f"summaries={len(self._history.summaries)})"
         )

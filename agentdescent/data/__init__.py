@@ -1,7 +1,8 @@
 """Data: rows from the Hugging Face datasets-server and ModelScope, with an on-disk cache.
 
-Owns the dataloaders (`loader`; also importable as ``agentdescent.dataloader``, SPEC §10). Imports
-only the ground floor (the HTTP helper, the clock, the failure rule); it must not import the
+Owns the dataloaders (`huggingface`, `modelscope`, over `fetch`, `cache` and `hotpotqa`),
+gathered in `loader` (also importable as ``agentdescent.dataloader``, SPEC §10). Imports only
+the ground floor (the HTTP helper, the clock, the failure rule); it must not import the
 engine, the merge or the command line.
 """
 

@@ -4,8 +4,11 @@ This module owns the on-disk format of a persisted run: artifact versions (a ver
 once written, is never rewritten: ``commit`` appends ``base_version + 1`` only if the head
 is still ``base_version``, so two writers can never both win the same version), each
 artifact's head pointer and the digest chain over its versions (`agentdescent.ledger.integrity`),
-the upgrade of a file of an older schema, and a run's saved progress beside them. It must
-not read the clock for anything but audit timestamps, or serialise anything with
+the upgrade of a file of an older schema, and a run's saved progress beside them. The
+ledger's other members are mixed in: opening the file (`agentdescent.ledger.schema`), the
+driver lease (`agentdescent.ledger.lease`), the connections and the write transaction
+(`agentdescent.ledger.connection`), the rows read back, checked (`agentdescent.ledger.rows`).
+It must not read the clock for anything but audit timestamps, or serialise anything with
 ``pickle``: the file holds JSON text only, written through parameterised SQL.
 """
 
@@ -31,7 +34,6 @@ from ..errors import (
 )
 from ..validation import check_seconds
 from .base import (
-    SCHEMA,
     Ledger,
     LedgerEntry,
     _check_artifact_id,
@@ -39,19 +41,18 @@ from .base import (
     _check_blast_radius,
     _check_state,
     _meta_json,
-    _parse_meta,
-    _parse_state,
     _unknown,
     _warn_blast_radius_mismatch,
 )
+from .connection import ConnectionKeeper
 from .integrity import (
     ROOT_DIGEST,
-    damaged_file_error,
-    head_problem,
     row_error,
     version_digest,
 )
 from .lease import DEFAULT_EXPIRY, LeaseHolder
+from .rows import _HEAD_SQL as _HEAD_SQL
+from .rows import RowReader
 from .schema import SchemaKeeper
 
 __all__ = ["SqliteLedger"]
@@ -59,14 +60,7 @@ __all__ = ["SqliteLedger"]
 logger = logging.getLogger("agentdescent.ledger")
 
 
-_HEAD_SQL = (
-    "SELECT a.head_version, a.head_digest, v.version, v.parent_digest, v.state_json,"
-    " v.meta_json, v.digest FROM artifacts a LEFT JOIN versions v"
-    " ON v.artifact_id = a.artifact_id AND v.version = a.head_version WHERE a.artifact_id = ?"
-)
-
-
-class SqliteLedger(SchemaKeeper, LeaseHolder, Ledger):
+class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledger):
     """A `Ledger` in one SQLite file: the embedded default for persisted runs.
 
     SQLite gives the CAS rule for free across threads *and* processes: a commit runs
@@ -223,86 +217,6 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, Ledger):
         for _, conn in conns:
             conn.close()
 
-    def _fail(self, what: str, exc: BaseException) -> LedgerError:
-        text = str(exc)
-        if isinstance(exc, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text):
-            damaged = damaged_file_error(str(self._path), what, exc)
-            if damaged is not None:
-                return damaged
-        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in text:
-            return LedgerError(
-                f"ledger file {str(self._path)!r} is not a SQLite database ({exc}); expected an "
-                f"agentdescent ledger ({SCHEMA}) or a path that does not exist yet; point the "
-                "ledger at another path"
-            )
-        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-            return LedgerError(
-                f"ledger file {str(self._path)!r}: {what} waited {self._timeout:g} s for another "
-                f"writer's lock ({exc}); raise SqliteLedger(timeout=...) or find the process "
-                "holding the file"
-            )
-        return LedgerError(f"ledger file {str(self._path)!r}: {what} failed: {exc}")
-
-    @contextmanager
-    def _translate(self, what: str) -> Iterator[None]:
-        """Turn sqlite3 errors into a LedgerError naming the file and the operation."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            raise self._fail(what, exc) from exc
-
-    def _conn(self) -> sqlite3.Connection:
-        if os.getpid() != self._pid:
-            self._after_fork()
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and not self._closed:
-            return conn
-        with self._conns_lock:
-            if self._closed:
-                raise LedgerError(
-                    f"ledger file {str(self._path)!r}: this SqliteLedger was closed; open a new "
-                    f"SqliteLedger({str(self._path)!r}) to keep using the file"
-                )
-            # Drop the connections of threads that have ended, so a long run that
-            # churns threads does not keep one open file handle per dead thread.
-            alive = []
-            for thread, old in self._conns:
-                if thread.is_alive():
-                    alive.append((thread, old))
-                else:
-                    old.close()
-            # check_same_thread=False only so close() may close it from another
-            # thread; in use, each connection stays with the thread that opened it.
-            with self._translate("opening the file"):
-                conn = sqlite3.connect(
-                    str(self._path),
-                    timeout=self._timeout,
-                    isolation_level=None,
-                    check_same_thread=False,
-                )
-            alive.append((threading.current_thread(), conn))
-            self._conns = alive
-        try:
-            with self._translate("configuring the connection"):
-                conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-        except BaseException:
-            conn.close()
-            raise
-        self._local.conn = conn
-        return conn
-
-    def _after_fork(self) -> None:
-        # A SQLite connection must never be used across fork(): this process gets
-        # connections of its own. The inherited ones are parked, not closed, so
-        # their finalisers never touch the parent's file handles and locks.
-        with self._conns_lock:
-            if os.getpid() == self._pid:
-                return
-            self._inherited.extend(conn for _, conn in self._conns)
-            self._conns = []
-            self._local = threading.local()
-            self._pid = os.getpid()
-
     @contextmanager
     def atomic(self) -> Iterator[None]:
         """A block whose writes from this thread land in one transaction, or not at all.
@@ -334,76 +248,6 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, Ledger):
             if depth == 0 and conn is not None and conn.in_transaction and not self._closed:
                 with self._translate("committing a block of writes"):
                     conn.execute("COMMIT")
-
-    @contextmanager
-    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
-        """Run the body in one ``BEGIN IMMEDIATE`` transaction: all of it or none of it.
-
-        Inside `atomic`, the body is a savepoint of the block's transaction instead.
-        """
-        conn = self._conn()
-        if getattr(self._local, "atomic", 0):
-            with self._translate(what):
-                if not conn.in_transaction:
-                    conn.execute("BEGIN IMMEDIATE")
-                conn.execute("SAVEPOINT agentdescent_write")
-                try:
-                    yield conn
-                except BaseException:
-                    conn.execute("ROLLBACK TO agentdescent_write")
-                    conn.execute("RELEASE agentdescent_write")
-                    raise
-                conn.execute("RELEASE agentdescent_write")
-            return
-        with self._translate(what):
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    # ----------------------------------------------------------------- opening
-
-    def _known_ids(self, conn: sqlite3.Connection) -> list[str]:
-        return [row[0] for row in conn.execute("SELECT artifact_id FROM artifacts")]
-
-    def _load_state(self, artifact_id: str, version: int, text: str) -> dict[str, str]:
-        try:
-            return _parse_state(text)
-        except (TypeError, ValueError) as exc:
-            raise row_error(
-                str(self._path), artifact_id,
-                f"version {version} holds corrupt state ({exc}); expected a JSON object of str -> str",
-            ) from exc
-
-    def _load_meta(self, artifact_id: str, version: int, text: str) -> dict[str, Any]:
-        try:
-            return _parse_meta(text)
-        except (TypeError, ValueError) as exc:
-            raise row_error(
-                str(self._path), artifact_id,
-                f"version {version} holds a corrupt audit record ({exc}); expected a JSON object",
-            ) from exc
-
-    def _head_row(self, conn: sqlite3.Connection, artifact_id: str, *, verify: bool) -> tuple[int, Any, Any]:
-        """``(head version, head digest, state_json)`` through the head pointer; raise if it is damaged.
-
-        ``verify`` recomputes the head row's digest (a commit, which builds on it); without
-        it only the pointer and the row's presence are checked (a read: O(1) either way).
-        """
-        row = conn.execute(_HEAD_SQL, (artifact_id,)).fetchone()
-        if row is None:
-            raise _unknown(artifact_id, self._known_ids(conn))
-        pointer, pointer_digest, found, parent, state_json, meta_json, digest = row
-        stored = None if found is None else (parent, state_json, meta_json, digest)
-        problem = head_problem(artifact_id, pointer, pointer_digest, stored, verify=verify)
-        if problem:
-            raise row_error(str(self._path), artifact_id, problem,
-                            f"; history({artifact_id!r}) still reads the versions that survive")
-        return int(pointer), pointer_digest, state_json
 
     # ----------------------------------------------------------------- the seam
 
@@ -641,13 +485,6 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, Ledger):
             "progress of its own), or use a new ledger, or restore the file from a backup",
             path=path, problems=(f"run {run_id!r}: {what}",),
         )
-
-    def _radius(self, artifact_id: str, value: Any) -> float:
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise row_error(str(self._path), artifact_id,
-                            f"its blast radius {value!r} is not a number in [0, 1]") from None
 
     def blast_radius(self, artifact_id: str) -> float:
         """Return the blast radius given to ``register``.

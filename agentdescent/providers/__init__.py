@@ -1,8 +1,9 @@
 """Provider adapters: OpenAI-compatible and Anthropic chat APIs through their official SDKs, and plain callables.
 
 `openai_compatible` (`agentdescent.providers.openai_api`) and `anthropic`
-(`agentdescent.providers.anthropic_api`) build adapters on the shared retry loop, error
-translation and redaction of `agentdescent.providers.sdk`; `from_callable`
+(`agentdescent.providers.anthropic_api`) build adapters (`agentdescent.providers.sdk`) on
+the shared retry loop and error translation of `agentdescent.providers.sdk_provider`, with
+the redaction of `agentdescent.providers.redaction`; `from_callable`
 (`agentdescent.providers.callable`) turns a ``prompt -> str`` function into a provider.
 Every failure is one of the `agentdescent.errors.ProviderError` family (re-exported here).
 The SDKs are optional extras, loaded inside the factories, never at import time.

@@ -28,7 +28,7 @@ from ..errors import InvalidArgument, InvalidArgumentType
 from ..model import Completion, Provider
 from ..seams import adopt
 from ..types import Task, sanitize_text
-from ..validation import check_int, check_real
+from ..validation import RENAMED, check_int, check_real, check_renamed
 from .builtin import Score
 
 __all__ = ["DEFAULT_JUDGE_TEMPLATE", "JudgeReward", "judge", "read_verdict"]
@@ -92,16 +92,21 @@ class JudgeReward:
 
     Attributes:
         calls_a_model: True: the engines run it as a call of its own (phase ``judge``).
+        call_tokens: the per-call cap on the judge's reply (sent as ``max_tokens=``).
+
+    Raises:
+        InvalidArgument: ``max_tokens`` is given: the per-call cap is ``call_tokens``.
     """
 
     calls_a_model = True
 
-    def __init__(self, provider: Provider, rubric: str, *, model: str | None, max_tokens: int | None,
-                 temperature: float | None, template: str) -> None:
+    def __init__(self, provider: Provider, rubric: str, *, model: str | None, call_tokens: int | None,
+                 temperature: float | None, template: str, max_tokens: Any = RENAMED) -> None:
+        _refuse_max_tokens("JudgeReward", max_tokens)
         self.provider = provider
         self.rubric = rubric
         self.model = model
-        self.max_tokens = max_tokens
+        self.call_tokens = call_tokens
         self.temperature = temperature
         self.template = template
         self._lock = threading.Lock()
@@ -116,7 +121,7 @@ class JudgeReward:
         return [{"role": "user", "content": user}]
 
     def __call__(self, task: Task, output: str) -> Score:
-        options = {"model": self.model, "max_tokens": self.max_tokens, "temperature": self.temperature}
+        options = {"model": self.model, "max_tokens": self.call_tokens, "temperature": self.temperature}
         reply = self.provider.complete(self.messages(task, output), **{k: v for k, v in options.items()
                                                                         if v is not None})
         text = sanitize_text(reply.text if isinstance(reply, Completion) else str(reply))
@@ -148,26 +153,35 @@ class JudgeReward:
         return f"judge({self.provider!r:.60}, rubric={self.rubric[:40]!r}, model={self.model!r})"
 
 
-def judge(provider: Provider, rubric: str, *, model: str | None = None, max_tokens: int | None = 256,
-          temperature: float | None = 0.0, template: str | None = None) -> JudgeReward:
+def _refuse_max_tokens(owner: str, value: Any) -> None:
+    check_renamed(value, "max_tokens", "call_tokens", owner=owner, what="the per-call cap on the judge's reply",
+                  why="max_tokens is the run's token budget, given to evolve(max_tokens=...)")
+
+
+def judge(provider: Provider, rubric: str, *, model: str | None = None, call_tokens: int | None = 256,
+          temperature: float | None = 0.0, template: str | None = None, max_tokens: Any = RENAMED) -> JudgeReward:
     """A reward that asks ``provider`` to grade an output against ``rubric`` and explain the grade.
 
     Args:
         provider: the grading model (anything with ``complete(messages, **options)``).
         rubric: what a good answer is, in words.
         model: ``model=`` for each grading call (None: the provider's default).
-        max_tokens: the per-call limit on the judge's reply.
+        call_tokens: the per-call cap on the judge's reply, in tokens (sent as the
+            provider's ``max_tokens=`` option; None: the provider's default).
         temperature: the judge's temperature (0 by default: a grade should repeat).
         template: the request (default `DEFAULT_JUDGE_TEMPLATE`); fields ``{rubric}``,
             ``{prompt}``, ``{output}`` (required), ``{answer}``, ``{task_id}``.
+        max_tokens: refused, whatever its value: the per-call cap's old name (now
+            ``call_tokens``); ``max_tokens`` is the run's budget, given to `evolve`.
 
     Returns:
         A `JudgeReward`: ``reward(task, output) -> Score``, its feedback the judge's critique.
 
     Raises:
         InvalidArgument: an empty rubric, a template missing a required field or using an
-            unknown one, a limit out of range.
+            unknown one, a limit out of range, ``max_tokens`` given (named ``call_tokens`` now).
     """
+    _refuse_max_tokens("judge", max_tokens)
     provider = adopt(provider, Provider, "provider",
                      fix="wrap a plain function with agentdescent.providers.from_callable(fn)")
     if not isinstance(rubric, str) or not rubric.strip():
@@ -183,7 +197,8 @@ def judge(provider: Provider, rubric: str, *, model: str | None = None, max_toke
     missing = [f for f in _REQUIRED if f not in used]
     if missing:
         raise InvalidArgument(f"judge(template=...): the template has no {{{missing[0]}}} field; add it")
-    check_int(max_tokens, "max_tokens", low=1, optional=True, owner="judge", hint="the judge's per-call limit")
+    check_int(call_tokens, "call_tokens", low=1, optional=True, owner="judge",
+              hint="the per-call cap on the judge's reply, in tokens")
     check_real(temperature, "temperature", low=0.0, optional=True, owner="judge")
-    return JudgeReward(provider, rubric.strip(), model=model, max_tokens=max_tokens, temperature=temperature,
+    return JudgeReward(provider, rubric.strip(), model=model, call_tokens=call_tokens, temperature=temperature,
                        template=text)

@@ -153,7 +153,7 @@ def scripted_propose(rendered: str, task: Task, output: str, reward: float) -> s
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_scores_feedback_is_in_the_llm_agents_proposal_request(engine) -> None:
     with LLMServer(responder=respond) as server:
-        agent = LLMAgent(provider_on(server), max_tokens=64)
+        agent = LLMAgent(provider_on(server), call_tokens=64)
         result = run_engine(engine, exact_match, agent=agent)
         sent = proposals(server)
     assert sent and result.committed >= 1
@@ -173,7 +173,7 @@ def test_a_scores_feedback_is_in_the_llm_agents_proposal_request(engine) -> None
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_float_rewards_proposal_request_has_no_feedback_paragraph(engine) -> None:
     with LLMServer(responder=respond) as server:
-        result = run_engine(engine, float_match, agent=LLMAgent(provider_on(server), max_tokens=64))
+        result = run_engine(engine, float_match, agent=LLMAgent(provider_on(server), call_tokens=64))
         sent = proposals(server)
     assert sent and result.committed >= 1
     assert not any("Feedback" in request for request in sent)
@@ -275,7 +275,7 @@ def test_a_float_reward_leaves_no_feedback_on_the_record(engine) -> None:
 def test_a_judges_calls_are_calls_of_the_run_in_phase_judge(engine) -> None:
     with LLMServer(responder=respond) as server:
         grader = judge(provider_on(server, "judge-model"), "The reply is the bare answer, nothing else.")
-        agent = LLMAgent(provider_on(server), max_tokens=64)
+        agent = LLMAgent(provider_on(server), call_tokens=64)
         result = run_engine(engine, grader, agent=agent)
         requests = list(server.requests)
     judged = [r for r in requests if kind_of(r.body) == "judge"]
@@ -341,7 +341,7 @@ def test_propose_with_sends_proposals_to_the_second_server_only(engine) -> None:
     with LLMServer(responder=respond) as solver, LLMServer(responder=respond) as writer:
         solve_provider, write_provider = provider_on(solver), provider_on(writer, "writer-default")
         agent = LLMAgent(solve_provider, propose_with=write_provider, propose_model="writer-model",
-                         model="solver-model", max_tokens=64)
+                         model="solver-model", call_tokens=64)
         result = run_engine(engine, exact_match, agent=agent)
         solves, writes = list(solver.requests), list(writer.requests)
     assert solves and writes and result.committed >= 1

@@ -36,7 +36,7 @@ def _loopback_run(**kwargs: Any) -> tuple[EvolutionResult, LLMAgent, dict[str, i
     with LLMServer(responder=respond) as server:
         provider = openai_compatible("test-model", base_url=server.openai_base_url,
                                      api_key="sk-e2e-secret-key", max_retries=1)
-        agent = LLMAgent(provider, max_tokens=64)
+        agent = LLMAgent(provider, call_tokens=64)
         result = evolve(tasks, skill_evolution.reward, agent=agent, rounds=6, n_workers=3,
                         max_concurrency=3, held_out_frac=0.5, target_reward=1.0, **kwargs)
         n_requests = len(server.requests)

@@ -17,8 +17,10 @@ import pytest
 
 from agentdescent import LLMAgent, SqliteLedger, Task, async_evolve, evolve
 from agentdescent.clock import StopSignal, stop_scope
+from agentdescent.engine.evaluation import look_width
 from agentdescent.engine.progress import read_progress
 from agentdescent.errors import ProviderUnavailableError
+from agentdescent.merge.aggregator import AggregatorConfig
 from agentdescent.providers import openai_compatible
 from agentdescent.testing import ManualClock
 
@@ -113,7 +115,8 @@ def test_a_hung_call_is_a_straggler_and_its_retry_is_never_sent(runtime):
     """Every reply is held 2.5 s; the run's bound is 0.6 s, the provider's timeout 1 s.
 
     At return the calls the server holds are the run's stragglers (the first evaluation's,
-    4 at a time, in both runtimes); when their attempts time out, none is retried.
+    as many at a time as the pool holds: ``max_concurrency`` = 4 in sync, ``max(n_workers,
+    look_width)`` = 8 for the async merger); when their attempts time out, none is retried.
     """
     hold = 2.5
     with LLMServer(responder=lambda path, body: Reply(200, openai_body("2"), delay=hold)) as server:
@@ -123,7 +126,7 @@ def test_a_hung_call_is_a_straggler_and_its_retry_is_never_sent(runtime):
         time.sleep(1.0 + 2 * MAX_BACKOFF)  # past every attempt's timeout, and its backoff
         late = after(server, returned)
     assert result.stop_reason == "max_seconds"
-    assert held == N_WORKERS
+    assert held == (N_WORKERS if runtime == "sync" else max(N_WORKERS, look_width(AggregatorConfig())))
     assert result.counters["stragglers"] == held
     if runtime == "async":
         assert result.async_stats.stragglers == held
@@ -185,7 +188,8 @@ def test_the_budget_overshoot_stays_within_the_calls_in_flight(runtime, seed):
         time.sleep(2 * MAX_BACKOFF)
         late = after(server, returned)
     spent = result.usage.total_tokens
-    in_flight = 2 * N_WORKERS
+    # each worker's call and the merger's evaluation (sync: max_concurrency = N_WORKERS in all)
+    in_flight = N_WORKERS + max(N_WORKERS, look_width(AggregatorConfig()))
     assert result.stop_reason == "max_tokens"
     assert spent == result.budget["spent"] == sum(sizes)
     assert spent <= budget + in_flight * max(sizes), (spent / budget, max(sizes))
