@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentdescent import SqliteLedger  # noqa: E402
 from agentdescent.engine.progress import read_all_progress  # noqa: E402
-from bench._json import write_json  # noqa: E402
+from bench.jsonout import write_json  # noqa: E402
 
 CHILD = """
 import json, sys, time

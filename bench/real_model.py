@@ -46,7 +46,7 @@ from agentdescent import Aggregator, AggregatorConfig, LLMAgent, Task, evolve  #
 from agentdescent.agents.llm import REFUSAL_KINDS  # noqa: E402
 from agentdescent.providers import openai_compatible  # noqa: E402
 from agentdescent.types import MergeOutcome  # noqa: E402
-from bench._json import write_json  # noqa: E402
+from bench.jsonout import write_json  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "qa_small.jsonl"
 ARTIFACT = "qa-skill"

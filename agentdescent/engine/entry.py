@@ -24,6 +24,7 @@ from ..validation import check_bool
 from .async_scheduler import run_async
 from .config import ASYNC_ENGINE, SYNC_ENGINE, RunConfig, engine_signature
 from .ending import finish
+from .evaluation import look_width
 from .result import EvolutionResult, RoundInfo
 from .runtime import close_run, drive, idle_reason, open_run
 from .sync_scheduler import run_rounds
@@ -47,7 +48,9 @@ def run_engine(tasks: Sequence[Task], reward: Callable[[Task, str], Any], keywor
     """
     config = RunConfig.from_keywords(tasks, reward, engine=engine, **keywords)
     if engine == ASYNC_ENGINE:
-        env = open_run(config, unit="sweep", pool_threads=config.schedule.n_workers)
+        # the merger's pool: one thread per worker, and never narrower than one look of the test
+        threads = max(config.schedule.n_workers, look_width(config.aggregator_config()))
+        env = open_run(config, unit="sweep", pool_threads=threads)
         try:
             if config.progress:
                 env.recorder.open_bar(config.limits.max_rollouts, label, rollouts=True)

@@ -3,10 +3,14 @@
 This module owns `RolloutEvaluator`: a state's score on a task is one run of the agent on
 the state's rendered text, scored by the reward, through the run's call runner (so every
 evaluation is metered, retried under the failure rule and bounded by the deadline).
-Scores are cached per (state digest, task id), so the cheap subset (drawn from the
-held-out set), repeated head evaluations and rebase checks cost nothing twice; each
-cached score keeps a sample of its output and the reward's feedback (`samples`, for the
-result's per-task view). It must not decide anything: the aggregator does.
+Every call it needs for one request (a batch of the paired test: the candidate's tasks
+and the head's, through `RolloutEvaluator.prefetch`) starts at once on the run's pool,
+so a batch waits for its slowest call, not for each in turn; which tasks are scored,
+and the order the scores are read in, are the caller's and fixed before. Scores are
+cached per (state digest, task id), so the cheap subset (drawn from the held-out set),
+repeated head evaluations and rebase checks cost nothing twice; each cached score keeps
+a sample of its output and the reward's feedback (`samples`, for the result's per-task
+view). It must not decide anything: the aggregator does.
 """
 
 from __future__ import annotations
@@ -17,15 +21,25 @@ from typing import Any
 
 from ..errors import BackendFailure
 from ..merge.aggregator import Evaluator
+from ..merge.aggregator_config import AggregatorConfig
 from ..merge.strategies import Strategy
 from ..types import Task, stable_hash
 from .counters import Counters
 from .executors import CallRunner
 
-__all__ = ["SAMPLE_CHARS", "RolloutEvaluator"]
+__all__ = ["SAMPLE_CHARS", "RolloutEvaluator", "look_width"]
 
 #: An output or a feedback kept as a sample is cut to this many characters.
 SAMPLE_CHARS = 300
+
+
+def look_width(config: AggregatorConfig) -> int:
+    """Calls one look of the paired test can have running at once: the candidate's batch and the head's.
+
+    The async engine's merger gets a pool at least this wide (its workers run their own
+    calls on their own threads), so a look with one worker is not scored call by call.
+    """
+    return 2 * config.eval_batch
 
 
 def _cut(text: str) -> str:
@@ -57,25 +71,57 @@ class RolloutEvaluator(Evaluator):
         self._samples: dict[tuple[int, str], tuple[str, str]] = {}
         self._lock = threading.Lock()
 
+    def _fill(self, wanted: Sequence[tuple[Mapping[str, str], Sequence[Task]]]) -> None:
+        """Score every ``(state, tasks)`` of ``wanted`` the cache lacks, all at once on the run's pool.
+
+        The same calls as scoring each request in turn (a task a request names twice is
+        scored twice, one an earlier request scored is not), only started together. The
+        scores that succeed are cached before the first failure is raised.
+
+        Raises:
+            BackendFailure: a call failed for good.
+        """
+        keys: list[tuple[int, str]] = []
+        jobs: list[tuple[str, Task]] = []
+        for state, tasks in wanted:
+            digest = stable_hash(sorted(state.items()))
+            earlier = set(keys)
+            with self._lock:
+                missing = [t for t in tasks if (digest, t.id) not in self._cache and (digest, t.id) not in earlier]
+            if missing:
+                rendered = self.strategy.render(state)
+                keys += [(digest, t.id) for t in missing]
+                jobs += [(rendered, t) for t in missing]
+        if not jobs:
+            return
+        samples: list[tuple[str, str] | None] = [None] * len(jobs)
+        scores = self.runner.score_jobs(jobs, samples)
+        with self._lock:
+            for key, score, sample in zip(keys, scores, samples):
+                if isinstance(score, float):
+                    self._cache[key] = score
+                    output, feedback = sample if sample is not None else ("", "")
+                    self._samples[key] = (_cut(output), _cut(feedback))
+        self.counters.add("eval_rollouts", sum(isinstance(s, float) for s in scores))
+        failure = next((s for s in scores if isinstance(s, BackendFailure)), None)
+        if failure is not None:
+            raise failure
+
     def _scores(self, state: Mapping[str, str], tasks: list[Task]) -> list[float]:
+        self._fill([(state, tasks)])
         digest = stable_hash(sorted(state.items()))
         with self._lock:
-            missing = [t for t in tasks if (digest, t.id) not in self._cache]
-        if missing:
-            outputs: dict[str, tuple[str, str]] = {}
-            scores = self.runner.score_tasks(self.strategy.render(state), missing, outputs)
-            with self._lock:
-                for t, s in zip(missing, scores):
-                    if isinstance(s, float):
-                        self._cache[(digest, t.id)] = s
-                        output, feedback = outputs.get(t.id, ("", ""))
-                        self._samples[(digest, t.id)] = (_cut(output), _cut(feedback))
-            self.counters.add("eval_rollouts", sum(isinstance(s, float) for s in scores))
-            failure = next((s for s in scores if isinstance(s, BackendFailure)), None)
-            if failure is not None:
-                raise failure
-        with self._lock:
             return [self._cache[(digest, t.id)] for t in tasks]
+
+    def prefetch(self, artifact_id: str, batches: Sequence[tuple[Mapping[str, str], Sequence[int]]]) -> None:
+        """Score several states' held-out batches in one go on the run's pool (a look's candidate and head).
+
+        The `held_out_subset` reads that follow are served from the cache.
+
+        Raises:
+            BackendFailure: a call failed for good (the scores that succeeded are cached).
+        """
+        self._fill([(state, [self.held_out_tasks[i] for i in indices]) for state, indices in batches])
 
     def remember(self, state: Mapping[str, str], tasks: Sequence[Task], scores: Sequence[float]) -> None:
         """Seed the cache with scores measured earlier (a resumed run's head)."""
@@ -115,8 +161,8 @@ class RolloutEvaluator(Evaluator):
 
     def rescore(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> list[float]:
         """Fresh draws of ``state`` on the held-out tasks at ``indices`` (repeats allowed), bypassing the cache."""
-        tasks = [self.held_out_tasks[i] for i in indices]
-        scores = self.runner.score_tasks(self.strategy.render(state), tasks)
+        rendered = self.strategy.render(state)
+        scores = self.runner.score_jobs([(rendered, self.held_out_tasks[i]) for i in indices])
         self.counters.add("eval_rollouts", sum(isinstance(s, float) for s in scores))
         failure = next((s for s in scores if isinstance(s, BackendFailure)), None)
         if failure is not None:

@@ -1,25 +1,22 @@
-"""Where a run's calls run, and the one runner that runs them: executors, travelling calls, retries, deadlines.
+"""Where a run's calls run, and the one runner that runs them: pools, retries, deadlines.
 
 This module owns
 
 - the default executor (`DaemonPool`: daemon threads, so a hung call never keeps the
-  process alive);
-- the shape of one expensive call as it travels to a process pool or a Dask cluster
-  (`Call`, a pure function of picklable inputs run by `run_call`, which brings back a
-  `CallResult` with the call's output, reward and recorded tokens), the check that what
-  travels pickles (`check_travel`), and scoring an output under both contracts
-  (`score_output`);
+  process alive) and `runs_in_process` (an executor whose calls need not travel);
 - `CallRunner`: every backend call of a run goes through it. It runs the call inline on a
-  thread pool or submits it to another executor, applies the failure rule
-  (`agentdescent.failures.judge`) to each failed attempt, counts failures in a row per
-  phase, replays a travelling call's tokens into the run's meters once, and never waits
-  past the run's hard deadline: every wait is on the run's clock, woken by the futures
-  it waits for. It gives each call a `agentdescent.clock.StopSignal` (in the thread's
-  `stop_scope`, where the providers' retry loops read it): once the token budget is
-  spent, or the run is over (`end_work`, `close`), no call makes a new attempt, and
-  `running_calls` says which are still on the wire.
+  thread pool or submits it to another executor (as an `agentdescent.engine.calls.Call`),
+  applies the failure rule (`agentdescent.failures.judge`) to each failed attempt, counts
+  failures in a row per phase, replays a travelling call's tokens into the run's meters
+  once, and never waits past the run's hard deadline: every wait is on the run's clock,
+  woken by the futures it waits for. It gives each call a `agentdescent.clock.StopSignal`
+  (in the thread's `stop_scope`, where the providers' retry loops read it): once the
+  token budget is spent, or the run is over (`end_work`, `close`), no call makes a new
+  attempt, and `running_calls` says which are still on the wire. A held-out batch
+  (`score_jobs`) is scored on the run's pool at once, each call admitted as any other.
 
-It knows nothing of ledgers, cards or rounds.
+The shape of a travelling call, `run_call`, `check_travel` and `score_output` live in
+`agentdescent.engine.calls` (re-exported here). It knows nothing of ledgers, cards or rounds.
 """
 
 from __future__ import annotations
@@ -28,12 +25,10 @@ import collections
 import concurrent.futures
 import logging
 import os
-import pickle
 import queue
-import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from ..clock import Clock, StopSignal, notify_when_done, stop_scope
@@ -48,7 +43,16 @@ from ..errors import (
 from ..failures import Verdict, ends_run, judge
 from ..rewards.builtin import Score, check_reward
 from ..types import Task, sanitize_text
-from ..usage import Usage, recording, replay_usage, run_meters, usage_phase, worker_scope
+from ..usage import Usage, replay_usage, run_meters, usage_phase, worker_scope
+from .calls import (
+    Call,
+    CallResult,
+    calls_a_model,
+    check_travel,
+    executor_gave_up,
+    run_call,
+    score_output,
+)
 from .counters import Counters
 
 __all__ = [
@@ -65,28 +69,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agentdescent.executors")
-
-
-def score_output(reward: Callable[[Task, str], Any], task: Task, output: Any) -> Score:
-    """The reward of one ``run``/``solve`` output, with both contracts checked (a pure function).
-
-    Returns:
-        The reward as a `agentdescent.rewards.builtin.Score` (a float reward has no feedback).
-
-    Raises:
-        ContractError: the output is not a ``str``.
-        RewardContractError: the reward is not a finite number in [0, 1] (or a `Score`).
-    """
-    if not isinstance(output, str):
-        raise ContractError(
-            f"run/solve returned {type(output).__name__} for task {task.id!r}; return the output as a str"
-        )
-    return check_reward(task, reward(task, output))
-
-
-def calls_a_model(reward: Any) -> bool:
-    """Whether ``reward`` makes model calls of its own (a judge): they are then calls of the run."""
-    return bool(getattr(reward, "calls_a_model", False))
 
 
 # =========================================================================== the call pool
@@ -162,140 +144,9 @@ class DaemonPool(concurrent.futures.Executor):
                 thread.join()
 
 
-# =========================================================================== calls that travel
-
-
-@dataclass(frozen=True)
-class Call:
-    """One expensive call as it travels to an executor: a pure function of picklable inputs.
-
-    ``fn(*args)`` is a rollout, a self-verify or a held-out evaluation (``solve(rendered,
-    task)``, scored with ``reward`` on ``task``) or a proposal (``propose(rendered, task,
-    output, reward)``, not scored). Nothing in it refers to the run: `run_call` can run it in
-    another process or on another machine, and everything the run needs comes back in its
-    `CallResult`.
-
-    Args:
-        fn: the user's callable (``run``/``propose`` or an agent's bound method).
-        args: its positional arguments.
-        phase: where its tokens go (``"rollout"``, ``"proposal"``, ``"self_verify"``,
-            ``"evaluation"``).
-        worker: the worker it runs for (None for an evaluation).
-        reward: the run's reward, to score the output on ``task`` (None: not scored).
-        task: the task to score on.
-        key: unique per submission (set by the engine), so that a cluster that caches
-            results by their inputs (Dask's ``pure=True``) never merges two rollouts.
-    """
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    phase: str
-    worker: int | None = None
-    reward: Callable[[Task, str], float] | None = None
-    task: Task | None = None
-    key: str = ""
-
-    def __dask_tokenize__(self) -> str:
-        """Dask's task key for this call: its unique ``key`` (no hashing of the callable)."""
-        return self.key
-
-
-@dataclass
-class CallResult:
-    """What a `Call` brings back: its output, its reward, the tokens it recorded, its errors.
-
-    Args:
-        output: what ``fn`` returned (a ``str`` sanitised with `sanitize_text`).
-        reward: the checked reward of the output (a `agentdescent.rewards.builtin.Score`), when the
-            call is scored.
-        usage: the tokens the call recorded (on any meter, by a provider or by a user
-            callable into the meter it was given), phases kept; None when the call ran in
-            the run's own thread, where they already reached the run's meters.
-        error: what ``fn`` raised (the driver applies the failure rule to it).
-        score_error: what scoring raised (a contract error or the reward's own
-            exception): never retried, as on a thread.
-    """
-
-    output: Any = None
-    reward: Score | None = None
-    usage: Usage | None = None
-    error: Exception | None = None
-    score_error: Exception | None = None
-
-
-def run_call(call: Call) -> CallResult:
-    """Run one `Call` where it landed (a pool thread, another process, a Dask worker).
-
-    The call runs under a fresh meter (`agentdescent.model.recording`) that the result
-    carries back, so its tokens are counted once, on the driver. It never raises for the
-    call's own errors: they come back in the result with the tokens spent before them
-    (as on a thread, where those tokens reach the run's meter too). The output is scored
-    outside the meter, as on a thread.
-    """
-    with recording(call.phase, call.worker) as meter:
-        try:
-            out = call.fn(*call.args)
-        except Exception as exc:
-            return CallResult(usage=meter, error=exc)
-    if isinstance(out, str):
-        out = sanitize_text(out)
-    if call.reward is None or call.task is None:
-        return CallResult(out, usage=meter)
-    try:
-        reward = score_output(call.reward, call.task, out)
-    except Exception as exc:
-        return CallResult(out, usage=meter, score_error=exc)
-    return CallResult(out, reward, meter)
-
-
 def runs_in_process(executor: concurrent.futures.Executor) -> bool:
     """True for the executors whose calls run in this process's threads (nothing is pickled)."""
     return isinstance(executor, (DaemonPool, concurrent.futures.ThreadPoolExecutor))
-
-
-def check_travel(travelling: Sequence[tuple[str, Any]], tasks: Sequence[Task],
-                 executor: concurrent.futures.Executor) -> None:
-    """Check that what travels to ``executor`` pickles: the named callables and the tasks.
-
-    Called before the first submission to an executor that is not a thread pool, so a
-    lambda or a closure fails here, naming itself, instead of in a worker process.
-
-    Args:
-        travelling: ``(argument name, value)`` of each callable that travels.
-        tasks: the run's tasks.
-        executor: where they would travel.
-
-    Raises:
-        ContractError: something that must travel does not pickle.
-    """
-    where = type(executor).__name__
-    for name, value in travelling:
-        try:
-            pickle.dumps(value)
-        except Exception as exc:
-            raise ContractError(
-                f"{name}={value!r:.120} cannot travel to the executor ({where}): pickle.dumps "
-                f"fails with {type(exc).__name__}: {exc}. Calls on a process pool or a Dask "
-                f"cluster are pickled: define {name} at module level (not a lambda or a function "
-                "nested in another), bind extra arguments with functools.partial, keep locks "
-                "and open clients out of it, or run on threads (executor=None or a "
-                "ThreadPoolExecutor)"
-            ) from None
-    for task in tasks:
-        try:
-            pickle.dumps(task)
-        except Exception as exc:
-            raise ContractError(
-                f"task {task.id!r} cannot travel to the executor ({where}): pickle.dumps fails "
-                f"with {type(exc).__name__}: {exc}; keep task.meta to plain data"
-            ) from None
-
-
-def executor_gave_up(exc: BaseException) -> bool:
-    """Dask's ``KilledWorker``: the scheduler already re-ran the call on other workers, then gave up."""
-    distributed = sys.modules.get("distributed")  # only an executor of Dask's can raise it
-    return distributed is not None and isinstance(exc, distributed.KilledWorker)
-
 
 
 # =========================================================================== the runner
@@ -305,7 +156,7 @@ class CallRunner:
     """Runs a run's backend calls under its failure rule, on its executor, within its hard deadline.
 
     One per run (built by `agentdescent.engine.runtime.open_run`). Workers call `call` and
-    `solve_and_score` from their threads; the merge calls `score_tasks`; the sync
+    `solve_and_score` from their threads; the merge calls `score_jobs`; the sync
     scheduler fans worker steps out with `map`. On a thread pool a call runs inline in
     the calling (pool) thread, its tokens reaching the run's meters through the thread's
     `run_meters` scope; on another executor each attempt is submitted there and its
@@ -417,28 +268,31 @@ class CallRunner:
         result = self._retrying(Call(self.solve, (rendered, task), phase, worker, self.reward, task), what)
         return result.output, self._reward_of(task, result)
 
-    def score_tasks(self, rendered: str, tasks: Sequence[Task],
-                    outputs: dict[str, tuple[str, str]] | None = None) -> list[Any]:
-        """Held-out evaluation: the reward of ``rendered`` on each task, in order, within the deadline.
+    def score_jobs(self, jobs: Sequence[tuple[str, Task]],
+                   samples: list[tuple[str, str] | None] | None = None) -> list[Any]:
+        """Held-out evaluation: the reward of each ``(rendered, task)`` job, in order, all on the pool at once.
 
-        A slot holds the reward, or the `BackendFailure` of a task that failed for good;
-        the evaluation stops at its first failed task (tasks not yet started are
-        cancelled, their slots None). Every task is one call, run on the pool (inline) or
-        submitted to the executor at once (which bounds how many run). With ``outputs``,
-        each scored task's ``(output, feedback)`` is put in it under the task's id.
+        Every job is one call, admitted like any other (its `StopSignal`), run on the pool
+        (inline) or submitted to the executor; they start together, so the pool's size
+        bounds how many run and a batch takes as long as its slowest call, not the sum. A
+        slot holds the reward, or the `BackendFailure` of a job that failed for good; the
+        evaluation stops at its first failure (jobs not yet started are cancelled, their
+        slots None). With ``samples`` (one slot per job), each scored job's ``(output,
+        feedback)`` is put in its slot.
 
         Raises:
             RunTimeout: the hard deadline passed.
             RunFailed, ContractError, RewardContractError: as `solve_and_score`.
         """
-        def one(task: Task) -> float:
+        def one(k: int) -> float:
+            rendered, task = jobs[k]
             output, score = self.solve_and_score(rendered, task, what=f"evaluation on task {task.id!r}",
                                                  phase="evaluation")
-            if outputs is not None:
-                outputs[task.id] = (output, score.feedback)
+            if samples is not None:
+                samples[k] = (output, score.feedback)
             return score.value
 
-        return self.map(one, tasks, stop_on_failure=True)
+        return self.map(one, range(len(jobs)), stop_on_failure=True)
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any], *, stop_on_failure: bool = False) -> list[Any]:
         """``fn`` over ``items`` on the run's pool, results in order, within the deadline.

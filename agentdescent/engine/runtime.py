@@ -251,6 +251,10 @@ class RunEnv:
         them leaves neither, and its resumed run replays the round from the progress
         saved before it. Only in-memory work runs between the commit and the save; the
         user's ``on_round`` and the bar come after the save.
+
+        Raises:
+            LedgerBusy: the run's lease was lost (its commit or its save found another
+                driver had taken the artifact over); nothing of this round was written.
         """
         for card in cards:
             self.aggregator.ingest(card)
@@ -293,7 +297,8 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
     Args:
         config: the run's configuration (validated when it was built).
         unit: ``"round"`` (sync) or ``"sweep"`` (async), for logs and the bar.
-        pool_threads: threads of the default call pool (None: ``max_concurrency``).
+        pool_threads: threads of the default call pool, or of the driver threads that wait on
+            another executor (None: ``max_concurrency``, or ``n_workers`` for another executor).
 
     Raises:
         ContractError: a callable or a task that must travel to the executor does not pickle.
@@ -334,7 +339,7 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
     counters = Counters()
     runner = CallRunner(
         executor=executor, remote=remote,
-        pool=DaemonPool(config.schedule.n_workers, name="agentdescent-driver") if remote else executor,
+        pool=DaemonPool(pool_threads or config.schedule.n_workers, name="agentdescent-driver") if remote else executor,
         solve=config.solve_fn, reward=config.reward, meters=meters, counters=counters, clock=clock,
         deadline=stops.hard_deadline(), call_attempts=config.retry.call_attempts,
         failure_limit=config.retry.failure_limit, max_seconds=config.limits.max_seconds,
@@ -399,9 +404,11 @@ def drive(env: RunEnv, scheduler: Callable[[], str], *, idle: str | None = None)
 
     Both runtimes run through here, so a time stop and a failed run end the same way:
     a `RunTimeout` is ``("max_seconds", None)``, a `RunFailed` is ``("error", message)``.
-    Contract errors and ``KeyboardInterrupt`` propagate. However it ends, the run's work
-    is over then (`CallRunner.end_work`): no call still running makes a new attempt, and
-    no worker starts a call.
+    Contract errors, a lost lease (`LedgerBusy`: another driver took the artifact over, so
+    this one must write nothing more; docs/ledger.md says why it is raised, not returned)
+    and ``KeyboardInterrupt`` propagate, and nothing waits for the calls still running.
+    However it ends, the run's work is over then (`CallRunner.end_work`): no call still
+    running makes a new attempt, and no worker starts a call.
 
     Args:
         env: the run.

@@ -32,7 +32,7 @@ from ..rewards.builtin import Score
 from ..types import Task
 from ..usage import Usage, run_meters, usage_phase
 from ..validation import check_int
-from .executors import score_output
+from .calls import score_output
 
 __all__ = ["Difference", "Evaluation", "bootstrap_interval", "evaluate", "paired_difference"]
 

@@ -6,8 +6,11 @@ tasks first by `agentdescent.merge.relevance.Relevance`), scores them batch by b
 candidate and, where the head has no score yet, on the head (kept per version in
 `agentdescent.merge.scoreboard.Scoreboard`), re-scores discordant pairs as the
 `agentdescent.merge.noise.NoiseMonitor` says, feeds `agentdescent.merge.acceptance.PairedTest`, and
-stops once the test settles. It also scores the starting head's sample and, for the L1
-oracle gate, the rest of an accepted candidate's tasks.
+stops once the test settles. Each look's tasks, on both sides, are named before any of them is
+scored (`Evaluator.prefetch`, so an evaluator can start them together); the scores are then
+read and fed to the test in the same fixed order, whenever their calls ran. It also scores
+the starting head's sample and, for the L1 oracle gate, the rest of an accepted candidate's
+tasks.
 
 It also owns the `Evaluator` seam (what it asks of whoever scores states). It must not
 commit, read the clock or use the global RNG: the order is seeded by the head version and
@@ -46,13 +49,14 @@ class Evaluator(Seam):
     fixed small subset and is what conflict resolution, rebase checks and the fusion
     tournament rank on. Both should be deterministic for a given state.
 
-    ``held_out`` and ``cheap`` are required; ``verify`` and ``held_out_subset`` are
-    optional, with the defaults below. Subclass this class, or give any object with the
-    two required methods: the aggregator wraps it (`agentdescent.seams.adopt`).
+    ``held_out`` and ``cheap`` are required; ``verify``, ``held_out_subset``, ``rescore``
+    and ``prefetch`` are optional, with the defaults below. Subclass this class, or give
+    any object with the two required methods: the aggregator wraps it
+    (`agentdescent.seams.adopt`).
     """
 
     REQUIRED: ClassVar[tuple[str, ...]] = ("held_out", "cheap")
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("verify", "held_out_subset", "rescore", "held_out_tasks")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("verify", "held_out_subset", "rescore", "prefetch", "held_out_tasks")
 
     #: The held-out tasks, in ``held_out``'s order, when the evaluator knows them (None: the
     #: acceptance test cannot rank them by relevance and scores them in a seeded order).
@@ -97,6 +101,23 @@ class Evaluator(Seam):
         """
         return None
 
+    def prefetch(self, artifact_id: str, batches: Sequence[tuple[Mapping[str, str], Sequence[int]]]) -> None:
+        """Score several states' held-out tasks together, ahead of the `held_out_subset` calls that ask for them.
+
+        A look of the paired test needs the candidate's batch and the head's scores on the
+        same tasks. The tasks are fixed before this is called, and the scores are then read
+        one `held_out_subset` call at a time, in the test's order: this only lets an
+        evaluator that can run calls at once (the engines' evaluator, on the run's pool)
+        start them together, and serve the reads that follow from what it scored. The
+        default does nothing (each read scores its own batch). It may raise what
+        `held_out_subset` raises.
+
+        Args:
+            artifact_id: the artifact.
+            batches: ``(state, held-out indices)`` pairs.
+        """
+        return None
+
 
 @dataclass
 class Prepared:
@@ -137,6 +158,15 @@ class Measurement:
     #: the tasks whose earlier scores the commit may have changed (``affected``; every task
     #: when the evaluator does not name its tasks and nothing can be ranked)
     touched: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class _HeadPlan:
+    """What `Measurer._head_scores_on` will do on some tasks: score ``missing``, reuse ``reused``."""
+
+    missing: list[int]
+    reused: dict[int, float]
+    clean_uses: int  # `Measurer.clean_uses` once the plan is followed
 
 
 class _Room:
@@ -220,8 +250,31 @@ class Measurer:
             self.counters["head_tasks_scored"] += len(missing)
         return board.estimate(artifact_id, version)
 
+    def _head_plan(self, artifact_id: str, version: int, indices: Sequence[int]) -> _HeadPlan:
+        """Which of ``indices`` `_head_scores_on` will score on the head, and which clean scores it reuses.
+
+        Pure (it reads the scoreboard and counts clean uses ahead without keeping the
+        count), so `measure` can name the head's tasks before anything of the look is
+        scored; `_head_scores_on` keeps the count when it follows the plan.
+        """
+        board = self.scoreboard
+        known = board.measured(artifact_id, version)
+        missing = [i for i in indices if i not in known]
+        reused: dict[int, float] = {}
+        uses = self.clean_uses
+        if missing and self.noise.deterministic:
+            for i in missing:
+                earlier = board.clean(artifact_id, version, i)
+                if earlier is None:
+                    continue
+                uses += 1
+                if uses % SPOT_CHECK_EVERY:
+                    reused[i] = earlier
+            missing = [i for i in missing if i not in reused]
+        return _HeadPlan(missing, reused, uses)
+
     def _head_scores_on(self, artifact_id: str, version: int, state: Mapping[str, str],
-                        indices: Sequence[int]) -> dict[int, float]:
+                        indices: Sequence[int], plan: _HeadPlan | None = None) -> dict[int, float]:
         """The head's scores on ``indices``: measured ones from the scoreboard, the rest scored now.
 
         In a deterministic evaluation an earlier measurement that no commit since plausibly
@@ -232,20 +285,17 @@ class Measurer:
         reuse are scored too, the version's clean scores are dropped, and the ones reused
         before at this version are measured (`measure` then compares its earlier pairs
         again with them).
+
+        Args:
+            plan: `_head_plan` of the same ``indices``, made since the last change to the
+                scoreboard (None: made here).
         """
         board = self.scoreboard
+        if plan is None:
+            plan = self._head_plan(artifact_id, version, indices)
+        self.clean_uses = plan.clean_uses
         known = board.measured(artifact_id, version)
-        missing = [i for i in indices if i not in known]
-        reused: dict[int, float] = {}
-        if missing and self.noise.deterministic:
-            for i in missing:
-                earlier = board.clean(artifact_id, version, i)
-                if earlier is None:
-                    continue
-                self.clean_uses += 1
-                if self.clean_uses % SPOT_CHECK_EVERY:
-                    reused[i] = earlier
-            missing = [i for i in missing if i not in reused]
+        missing, reused = list(plan.missing), dict(plan.reused)
         if missing:
             fresh = self._score_head(artifact_id, version, state, missing)
             if self._checks_disagree(artifact_id, version, state, fresh) and reused:
@@ -346,8 +396,12 @@ class Measurer:
             batch = self._next_batch(test, room, start) if cfg.sequential else n
             indices = order[start:start + batch]
             start += len(indices)
+            # The look's tasks on both sides are fixed now; they are scored together, then
+            # read in the test's order (concurrency changes when calls run, never what is used).
+            plan = self._head_plan(aid, prepared.head_version, indices)
+            self.evaluator.prefetch(aid, [(candidate_state, indices), (prepared.head_state, plan.missing)])
             cand = dict(zip(indices, (float(x) for x in self.evaluator.held_out_subset(aid, candidate_state, indices))))
-            head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, indices)
+            head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, indices, plan)
             if self._head_revised:
                 # A reused head score turned out stale: the earlier pairs are compared again
                 # with the head's fresh scores, from a new test (nothing stale is counted).
@@ -507,13 +561,15 @@ class Measurer:
         aid = prepared.artifact_id
         n = measurement.n
         rest = [i for i in range(n) if i not in measurement.candidate_scores]
+        state = prepared.candidate.apply(prepared.head_state)
+        plan = self._head_plan(aid, prepared.head_version, range(n))
+        self.evaluator.prefetch(aid, [(state, rest), (prepared.head_state, plan.missing)])
         if rest:
-            state = prepared.candidate.apply(prepared.head_state)
             scores = [float(x) for x in self.evaluator.held_out_subset(aid, state, rest)]
             measurement.candidate_scores.update(zip(rest, scores))
             self.counters["held_out_tasks_scored"] += len(rest)
             self.counters["held_out_tasks_saved"] -= len(rest)
-        head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, range(n))
+        head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, range(n), plan)
         measurement.head_scores.update(head)
         return (sum(measurement.candidate_scores.values()) / n, sum(head.values()) / n)
 

@@ -26,8 +26,8 @@ class EvaluatorConformance:
 
     The checks: ``held_out`` and ``cheap`` exist; ``held_out`` gives one reward in [0, 1]
     per held-out task, the same number of them for every state, the same scores when asked
-    again; ``held_out_subset`` agrees with ``held_out`` at those indices; ``cheap`` is a
-    reward; ``verify`` is None or one reward per task given.
+    again; ``held_out_subset`` agrees with ``held_out`` at those indices, also after a
+    ``prefetch``; ``cheap`` is a reward; ``verify`` is None or one reward per task given.
     """
 
     artifact_id = "artifact"
@@ -89,3 +89,16 @@ class EvaluatorConformance:
             verified = evaluator.verify(self.artifact_id, state, tasks)
             check(verified is None or (len(list(verified)) == len(tasks) and all(_is_reward(s) for s in verified)),
                   f"verify must return None or one reward per task, got {verified!r:.80}")
+
+    def test_prefetch_changes_no_score(self) -> None:
+        """``prefetch`` (optional) only moves work earlier: the batches read after it are ``held_out``'s."""
+        states = list(self.states())
+        fulls = [list(self._evaluator().held_out(self.artifact_id, state)) for state in states]
+        evaluator = self._evaluator()
+        indices = list(range(len(fulls[0])))[::2]
+        evaluator.prefetch(self.artifact_id, [(state, indices) for state in states])
+        for state, full in zip(states, fulls):
+            part = list(evaluator.held_out_subset(self.artifact_id, state, indices))
+            check(part == [full[i] for i in indices],
+                  f"after prefetch, held_out_subset({indices}) gave {part!r:.80}, held_out gives "
+                  f"{[full[i] for i in indices]!r:.80}")

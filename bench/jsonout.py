@@ -1,4 +1,4 @@
-"""Writing a benchmark's rows as JSON (``--json PATH``), one way for every script in bench/."""
+"""Writing a benchmark's rows as JSON (``--json PATH``), one way for every script in bench/ (not named `_json`: a script's folder comes first on `sys.path`, and that name would hide the standard library's JSON accelerator)."""
 
 from __future__ import annotations
 
