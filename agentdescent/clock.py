@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, ClassVar
 
+from .errors import InvalidArgumentType
 from .seams import Seam, adopt
+from .validation import is_real
 
 __all__ = ["Clock", "MonotonicClock", "StopSignal", "as_clock", "current_stop", "notify_when_done", "stop_scope",
            "wait_futures"]
@@ -105,14 +108,34 @@ class MonotonicClock(Clock):
         return "MonotonicClock()"
 
 
-class _CallableClock(Clock):
-    """A plain ``() -> float`` function as a clock (its seconds are taken to pass like real ones)."""
+def _reading_error(knob: str, clock: object, what: str) -> InvalidArgumentType:
+    return InvalidArgumentType(
+        f"{knob}={clock!r:.80}: its now() {what}; a clock's now() must return a finite real "
+        "number of seconds that never goes back (time.monotonic, say): pass such a clock, a "
+        "() -> float function, or None for real time"
+    )
 
-    def __init__(self, fn: Callable[[], float]) -> None:
+
+def _check_reading(reading: object, knob: str, clock: object) -> float:
+    """``reading`` as a float if it is a finite real number (a bool or a string is not one)."""
+    if not is_real(reading) or not math.isfinite(float(reading)):  # type: ignore[arg-type]
+        raise _reading_error(knob, clock, f"returned {reading!r:.80} (a {type(reading).__name__})")
+    return float(reading)  # type: ignore[arg-type]
+
+
+class _CallableClock(Clock):
+    """A plain ``() -> float`` function as a clock (its seconds are taken to pass like real ones).
+
+    Every reading is checked (a function that returns ``"now"``, NaN or None later in a
+    run is refused by name, never turned into a bare ``ValueError`` far from the cause).
+    """
+
+    def __init__(self, fn: Callable[[], float], knob: str = "clock") -> None:
         self._fn = fn
+        self._knob = knob
 
     def now(self) -> float:
-        return float(self._fn())
+        return _check_reading(self._fn(), self._knob, self._fn)
 
     def __repr__(self) -> str:
         return f"Clock({self._fn!r})"
@@ -121,18 +144,32 @@ class _CallableClock(Clock):
 def as_clock(value: Any, knob: str = "clock") -> Clock:
     """The `Clock` a ``clock=`` argument names: None is real time; a ``() -> float`` callable is wrapped.
 
+    The clock is read once, here, so one whose ``now()`` does not return a finite real
+    number is refused before a run (or a provider, or a download) starts on it, naming
+    the knob and what it returned; a wrapped function is checked at every reading.
+
     Raises:
-        InvalidArgumentType: neither a clock (an object with ``now()``) nor a callable.
+        InvalidArgumentType: neither a clock (an object with ``now()``) nor a callable, or
+            its ``now()`` returned something else than a finite real number (or raised).
     """
     if value is None:
         return MonotonicClock()
     if isinstance(value, Clock):
-        return value
-    if callable(getattr(value, "now", None)):
-        return adopt(value, Clock, knob)
-    if callable(value):
-        return _CallableClock(value)
-    return adopt(value, Clock, knob)  # raises, naming what a clock needs
+        clock = value
+    elif callable(getattr(value, "now", None)):
+        clock = adopt(value, Clock, knob)
+    elif callable(value):
+        clock = _CallableClock(value, knob)
+    else:
+        return adopt(value, Clock, knob)  # raises, naming what a clock needs
+    try:
+        reading = clock.now()
+    except InvalidArgumentType:
+        raise
+    except Exception as exc:  # the clock cannot be read at all: say so at the boundary
+        raise _reading_error(knob, value, f"raised {type(exc).__name__}: {exc}") from exc
+    _check_reading(reading, knob, value)
+    return clock
 
 
 def notify_when_done(futures: Collection[concurrent.futures.Future[Any]], condition: threading.Condition) -> None:

@@ -204,8 +204,9 @@ def _rebuild_corrupted(cls: type[LedgerCorrupted], message: str, path: str | Non
 
 
 class RunStateDamaged(LedgerCorrupted):
-    """A run's saved progress is damaged (a saved round is missing, or rounds are there
-    without the state they belong to), so the run cannot resume as is.
+    """A run's saved progress is damaged (its saved state or a saved round does not match
+    its digest or is not UTF-8 text, a saved round is missing, or rounds are there without
+    the state they belong to), so the run cannot resume as is.
 
     The artifact's versions are not affected. The message says what is missing and the
     ways on: start over with ``resume=False`` (on the same head) or use a new ledger.
@@ -243,14 +244,18 @@ class LedgerBusy(LedgerError):
     """Another live driver holds the lease on this (ledger file, artifact) pair.
 
     Raised at once when a run opens (nothing was read or written for it), and when a
-    running driver finds at a save that its lease was taken over. The message names the
-    holder (``host:pid:start time``), its run id, how long ago it renewed its heartbeat,
-    and the ways on: wait for it, or give each driver its own run id to share the artifact.
+    running driver finds at its next write (a commit or a save) that its lease was taken
+    over, whether the taker still holds it or has released it since (nothing of that write
+    lands, and the run stops with it). The message names the holder (``host:pid:start
+    time``), its run id, how long ago it renewed its heartbeat or took the lease over, and
+    the ways on: wait for it, or give each driver its own run id to share the artifact.
 
     Attributes:
         path: the ledger file.
         artifact_id: the artifact asked for.
-        holder: the holder's id, ``host:pid:start time``.
+        holder: the holder's id, ``host:pid:start time`` (with ``pid`` and ``host`` None
+            when the file does not say: a lost lease whose row was deleted with no note of
+            a takeover).
         pid: the holder's process id.
         host: the holder's host name.
         run_id: the holder's run id (``""`` for an unshared driver).

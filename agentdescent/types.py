@@ -10,6 +10,7 @@ state, or do I/O: everything here is safe to build in any thread and to serialis
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
 import hashlib
 from collections.abc import Mapping
@@ -152,6 +153,10 @@ def apply_ops(state: Mapping[str, str], ops: Mapping[str, str | None]) -> dict[s
 
 # --------------------------------------------------------------------------- values
 
+#: True while `Diff.from_json` rebuilds a stored diff, which may be empty (see `Diff`).
+_LOADING_STORED: contextvars.ContextVar[bool] = contextvars.ContextVar("agentdescent_loading_stored_diff",
+                                                                        default=False)
+
 
 @dataclass(frozen=True)
 class Task:
@@ -214,10 +219,21 @@ class Diff:
             two edited writes of one key fuse when their edits are disjoint
             (`agentdescent.textedits.merge_writes`).
 
+    An empty diff (``ops={}``) is refused when it is built. It changes nothing, yet it
+    would pass through the staleness check, fusion and the paired test as a candidate; a
+    strategy that means "nothing to change" returns None from ``to_diff``. The package
+    itself never builds one: every shipped strategy and `agentdescent.code.FileTree`
+    return None when no key changes, and a fusion's union (`agentdescent.merge.fusion`)
+    holds its members' ops, each non-empty. The one exception is `from_json`: a diff an
+    older agentdescent stored empty (in a saved evidence pool or merge report) still
+    loads, so a ledger written before this check resumes; such a diff is a no-op on any
+    head, so the merge skips it before fusion.
+
     Raises:
         InvalidArgumentType: an id, the target or the author is not a non-empty ``str``, an
             op key is not a ``str``, an op value is neither ``str`` nor ``None``, or
             ``edits`` is not key -> a list of ``(str, str)`` pairs for a key ``ops`` writes.
+        InvalidArgument: ``ops`` is empty.
     """
 
     diff_id: str
@@ -236,6 +252,11 @@ class Diff:
             raise InvalidArgumentType(f"Diff(contract_breaking={self.contract_breaking!r}): use True or False")
         if not isinstance(self.ops, Mapping):
             raise InvalidArgumentType(f"Diff {self.diff_id!r}: ops must be a dict, got {type(self.ops).__name__}")
+        if not self.ops and not _LOADING_STORED.get():
+            raise InvalidArgument(
+                f"Diff {self.diff_id!r}: ops={{}} changes nothing; a diff writes or deletes at least one "
+                "key. To propose no change, return None from Strategy.to_diff"
+            )
         for key, value in self.ops.items():
             if not isinstance(key, str):
                 raise InvalidArgumentType(f"Diff {self.diff_id!r}: op key {key!r} must be a str")
@@ -313,15 +334,19 @@ class Diff:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Diff:
-        """Rebuild a diff from `to_json` output."""
-        return cls(
-            diff_id=data["diff_id"],
-            target=data["target"],
-            ops=dict(data["ops"]),
-            contract_breaking=bool(data.get("contract_breaking", False)),
-            author=data.get("author", "unknown"),
-            edits={k: tuple(tuple(p) for p in v) for k, v in (data.get("edits") or {}).items()},
-        )
+        """Rebuild a diff from `to_json` output (an empty one too: what an older agentdescent stored)."""
+        token = _LOADING_STORED.set(True)
+        try:
+            return cls(
+                diff_id=data["diff_id"],
+                target=data["target"],
+                ops=dict(data["ops"]),
+                contract_breaking=bool(data.get("contract_breaking", False)),
+                author=data.get("author", "unknown"),
+                edits={k: tuple(tuple(p) for p in v) for k, v in (data.get("edits") or {}).items()},
+            )
+        finally:
+            _LOADING_STORED.reset(token)
 
 
 @dataclass

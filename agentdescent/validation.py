@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "check_renamed",
     "check_seconds",
     "check_text",
+    "control_character",
     "is_int",
     "is_real",
 ]
@@ -189,12 +191,22 @@ def check_bool(value: Any, name: str, *, optional: bool = False, owner: str | No
 
 
 def check_text(value: Any, name: str, *, optional: bool = False, owner: str | None = None,
-               hint: str = "") -> Any:
+               hint: str = "", identifier: bool = False) -> Any:
     """A non-empty (not only whitespace) ``str`` that encodes as UTF-8.
+
+    Args:
+        value: the value to check.
+        name: the knob's name.
+        optional: None is accepted.
+        owner: the class or function the knob belongs to.
+        hint: what the knob does, or how to fix it.
+        identifier: the text names something (an artifact id): refuse a control
+            character too (`control_character`).
 
     Raises:
         InvalidArgumentType: not a ``str``.
-        InvalidArgument: empty, blank, or holding a lone surrogate.
+        InvalidArgument: empty, blank, holding a lone surrogate, or (an ``identifier``)
+            holding a control character.
     """
     if optional and value is None:
         return None
@@ -209,7 +221,26 @@ def check_text(value: Any, name: str, *, optional: bool = False, owner: str | No
             f"{_label(name, value, owner)}: holds a lone surrogate, which no file or database can "
             "store; use text that encodes as UTF-8"
         ) from None
+    control = control_character(value) if identifier else None
+    if control is not None:
+        raise InvalidArgument(
+            f"{_label(name, value, owner)}: holds the control character {control!r} (at position "
+            f"{value.index(control)}); an id names files, log lines and ledger rows, so use printable "
+            f"text{f' ({hint})' if hint else ''}"
+        )
     return value
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` (Unicode category Cc: NUL, tab, newline, DEL, C1), or None.
+
+    An identifier (an artifact id) names files, log lines, command-line arguments and SQL
+    rows; a NUL cuts it short in C APIs and a newline splits a log line, so identifiers are
+    refused with one (`check_text` with ``identifier=True``, and the ledgers' id check).
+    """
+    if text.isprintable():  # the fast path: no Cc character is printable
+        return None
+    return next((ch for ch in text if unicodedata.category(ch) == "Cc"), None)
 
 
 def check_choice(value: Any, name: str, choices: Iterable[Any], *, owner: str | None = None,

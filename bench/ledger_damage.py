@@ -288,6 +288,33 @@ def round_deleted(index: int) -> Case:
     return case
 
 
+def flip_bit(path: Path, table: str, column: str, where: str, find: bytes, offset: int, bit: int) -> None:
+    """Flip one bit of a stored text, byte for byte, behind agentdescent's back (the first ``find``, ``offset`` in)."""
+    raw = sqlite3.connect(path)
+    try:
+        (data,) = raw.execute(f"SELECT CAST({column} AS BLOB) FROM {table} WHERE {where}").fetchone()
+        data = bytearray(data)
+        data[data.index(find) + offset] ^= 1 << bit
+        raw.execute(f"UPDATE {table} SET {column} = CAST(? AS TEXT) WHERE {where}", (bytes(data),))
+        raw.commit()
+    finally:
+        raw.close()
+
+
+def progress_bit_flipped(table: str, column: str, where: str, find: bytes, offset: int, bit: int) -> Case:
+    def case(folder: Path) -> tuple[str, AgentDescentError | None]:
+        path, _ = run_file(folder / "run.sqlite")
+        flip_bit(path, table, column, where, find, offset, bit)
+        outcome, calls = resume(path)
+        claim(isinstance(outcome, AgentDescentError) and calls == [], "the resume is refused before any call")
+        again, _ = resume(path, resume=False)
+        claim(not isinstance(again, Exception) and [h.index for h in again.history] == [1, 2],
+              "resume=False starts over")
+        return ("`evolve(ledger=path)` refuses to resume before any call (the saved progress is checked "
+                "against its digests); `resume=False` starts a new run on the same head"), outcome
+    return case
+
+
 def state_row_deleted(folder: Path) -> tuple[str, AgentDescentError | None]:
     path, _ = run_file(folder / "run.sqlite")
     sql(path, "DELETE FROM run_state")
@@ -331,6 +358,10 @@ CASES: list[tuple[str, Case]] = [
     ("a saved round's row deleted (`run_rounds`, round 2 of 4)", round_deleted(2)),
     ("the last saved round's row deleted (round 4 of 4)", round_deleted(4)),
     ("the run's saved state deleted (`run_state`)", state_row_deleted),
+    ("one bit flipped in the run's saved state (a saved rule `account` became `accouft`)",
+     progress_bit_flipped("run_state", "state_json", "run_id = 'router'", b"account", 5, 3)),
+    ("one bit flipped in a saved round (`run_rounds`, round 2 of 4)",
+     progress_bit_flipped("run_rounds", "round_json", "run_id = 'router' AND idx = 2", b"{", 0, 1)),
     ("the run's state and every saved round deleted", all_progress_deleted),
 ]
 

@@ -16,3 +16,35 @@ def damage(path: Path, *statements: tuple[str, tuple]) -> bytes:
     finally:
         raw.close()
     return path.read_bytes()
+
+
+def stored_bytes(path: Path, table: str, column: str, where: str, params: tuple) -> bytes:
+    """The bytes of ``column`` in the one row of ``table`` that ``where`` selects (read as a blob)."""
+    raw = sqlite3.connect(path)
+    try:
+        row = raw.execute(f"SELECT CAST({column} AS BLOB) FROM {table} WHERE {where}", params).fetchone()
+    finally:
+        raw.close()
+    assert row is not None, f"no row of {table} where {where} {params}"
+    return bytes(row[0])
+
+
+def write_bytes(path: Path, table: str, column: str, where: str, params: tuple, data: bytes) -> None:
+    """Store ``data`` as the text of ``column`` in that row, byte for byte (valid UTF-8 or not).
+
+    The file may be open in a ledger meanwhile (WAL): the ledger's next read sees it.
+    """
+    raw = sqlite3.connect(path)
+    try:
+        raw.execute("PRAGMA synchronous = OFF")  # a test file: no need to wait for the disk
+        raw.execute(f"UPDATE {table} SET {column} = CAST(? AS TEXT) WHERE {where}", (data, *params))
+        raw.commit()
+    finally:
+        raw.close()
+
+
+def flipped(data: bytes, bit: int) -> bytes:
+    """``data`` with bit ``bit`` flipped (bit 0 is the lowest bit of the first byte)."""
+    out = bytearray(data)
+    out[bit // 8] ^= 1 << (bit % 8)
+    return bytes(out)

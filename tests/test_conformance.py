@@ -52,6 +52,7 @@ from agentdescent.testing import (
     StrategyConformance,
 )
 
+from .ledger_files import flipped, stored_bytes, write_bytes
 from .llm_server import LLMServer, Reply, anthropic_body, openai_body
 from .toy import echo_run, toy_reward, toy_tasks
 
@@ -370,6 +371,34 @@ class TestSqliteRunState(RunStateConformance):
     def reopen(self, ledger, tmp_path):
         ledger.close()
         return SqliteLedger(tmp_path / "ledger.sqlite")
+
+    def damage_saved(self, ledger, tmp_path, run_id, index):
+        where = ("run_state", "state_json", "run_id = ?") if index is None else (
+            "run_rounds", "round_json", f"run_id = ? AND idx = {index}")
+        path = tmp_path / "ledger.sqlite"
+        write_bytes(path, *where, (run_id,), flipped(stored_bytes(path, *where, (run_id,)), 8 * 3 + 3))
+        return True
+
+
+class _DamagedUncheckedStore(RunStateConformance):
+    """A MemoryLedger keeps its progress as text it never checks: changed behind its back, it hands the change back."""
+
+    def make_ledger(self, tmp_path):
+        return MemoryLedger()
+
+    def damage_saved(self, ledger, tmp_path, run_id, index):
+        if index is None:
+            text = ledger._run_states[run_id]
+            ledger._run_states[run_id] = text.replace("account", "accouft")
+        else:
+            text = ledger._run_rounds[run_id][index]
+            ledger._run_rounds[run_id][index] = text.replace("account", "accouft")
+        return True
+
+
+def test_the_run_state_suite_fails_a_store_that_returns_damaged_progress(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="expected RunStateDamaged, nothing was raised"):
+        _DamagedUncheckedStore().test_progress_changed_behind_the_ledgers_back_is_refused(tmp_path)
 
 
 class _ForgetfulRounds(MemoryLedger):

@@ -36,11 +36,11 @@ def _scorer(table: dict[str, float]):
         ({"k": "1", "x": "y"}, {"x": "other"}, True),
         ({"k": "1"}, {"k": None}, True),  # write vs delete of the same key
         ({"k": None}, {"k": None}, False),
-        ({}, {"k": "1"}, False),
+        ({}, {"k": "1"}, False),  # an empty diff, as an older agentdescent could have stored it
     ],
 )
 def test_contradicts(a, b, expected):
-    da, db = Diff("a", "art", a), Diff("b", "art", b)
+    da, db = (Diff.from_json({"diff_id": i, "target": "art", "ops": ops}) for i, ops in (("a", a), ("b", b)))
     assert contradicts(da, db) is expected
     assert contradicts(db, da) is expected
 

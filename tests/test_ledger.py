@@ -28,13 +28,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from agentdescent.errors import LedgerCorrupted, LedgerError
+from agentdescent.errors import LedgerBusy, LedgerCorrupted, LedgerError
 from agentdescent.ledger import (
     SCHEMA,
     CASConflict,
     Ledger,
     MemoryLedger,
     SqliteLedger,
+    lease,
 )
 from agentdescent.ledger.integrity import version_digest
 from agentdescent.testing import LedgerConformance
@@ -852,3 +853,82 @@ def test_run_state_keeps_its_rounds_apart_and_replaces_a_round_saved_again(kind,
         ledger.close()
         with SqliteLedger(tmp_path / "l.sqlite") as again:  # survives a reopen
             assert again.load_run_state("run") == state
+
+
+# --------------------------------------------------------------------------- a lost lease
+
+
+def _lease_rows(path):
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT holder FROM leases").fetchall()
+
+
+def test_renewing_a_lease_whose_row_is_gone_raises_ledger_busy_and_never_takes_it_back(tmp_path):
+    path = tmp_path / "l.sqlite"
+    with SqliteLedger(path) as ledger:
+        ledger.register("a", {}, 0.2)
+        ledger.acquire_lease("a")
+        with sqlite3.connect(path) as conn:  # taken over, then released by the taker
+            conn.execute("DELETE FROM leases")
+        with pytest.raises(LedgerBusy, match="lease on artifact 'a' is gone") as caught:
+            ledger.renew_lease("a")
+        assert caught.value.artifact_id == "a" and caught.value.holder is None
+        assert _lease_rows(path) == []  # not re-inserted
+        with pytest.raises(LedgerBusy):  # lost for good, not only once
+            ledger.renew_lease("a")
+        assert _lease_rows(path) == []
+        ledger.release_lease("a")  # a driver that stopped may take it again, afresh
+        ledger.acquire_lease("a")
+        ledger.renew_lease("a")
+        assert _lease_rows(path) == [(ledger.holder,)]
+
+
+def test_a_driver_that_lost_its_lease_commits_nothing(tmp_path):
+    path = tmp_path / "l.sqlite"
+    with SqliteLedger(path) as ledger:
+        ledger.register("a", {}, 0.2)
+        ledger.acquire_lease("a")
+        assert ledger.commit("a", {"k": "1"}, 1) == 2
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM leases")
+        with pytest.raises(LedgerBusy, match="writes nothing more"):
+            ledger.commit("a", {"k": "2"}, 2)
+        with ledger.atomic(), pytest.raises(LedgerBusy):  # inside a block of writes too
+            ledger.commit("a", {"k": "2"}, 2)
+        assert ledger.head("a") == (2, {"k": "1"}) and _lease_rows(path) == []
+
+
+def test_a_displaced_driver_is_told_who_took_its_lease_over_after_the_taker_released_it(tmp_path, monkeypatch):
+    path = tmp_path / "l.sqlite"
+    with SqliteLedger(path) as ledger:
+        ledger.register("a", {}, 0.2)
+        ledger.acquire_lease("a")
+        with sqlite3.connect(path) as conn:  # this driver paused: its heartbeat is old
+            conn.execute("UPDATE leases SET heartbeat = heartbeat - 100")
+        with monkeypatch.context() as m, sqlite3.connect(path) as conn:  # another driver takes over, then leaves
+            m.setattr(lease, "holder_id", lambda: "elsewhere:4242:1.0")
+            assert len(lease.acquire(conn, str(path), "a", "", 30.0)) == 1
+            lease.release(conn, "a", "")
+        assert _lease_rows(path) == []
+        with pytest.raises(LedgerBusy, match=r"taken over by holder elsewhere:4242:1\.0 .*has released the lease since"
+                           ) as caught:
+            ledger.renew_lease("a")
+        assert caught.value.holder == "elsewhere:4242:1.0" and "heartbeat is 100" in str(caught.value)
+        ledger.release_lease("a")
+        with sqlite3.connect(path) as conn:  # the displaced driver stopped: its note goes with it
+            assert conn.execute("SELECT COUNT(*) FROM lease_takeovers").fetchone() == (0,)
+
+
+def test_the_heartbeat_never_takes_a_lost_lease_back(tmp_path, caplog):
+    path = tmp_path / "l.sqlite"
+    with SqliteLedger(path) as ledger:
+        ledger.register("a", {}, 0.2)
+        ledger.acquire_lease("a")
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM leases")
+        with caplog.at_level(logging.WARNING, logger="agentdescent.ledger"):
+            ledger._beat()  # what the timer runs
+            ledger._beat()
+        assert _lease_rows(path) == []
+        lost = [r for r in caplog.records if "lost the lease on 'a'" in r.getMessage()]
+        assert len(lost) == 1  # said once; later beats leave the lost lease alone

@@ -50,7 +50,12 @@ class AllocatorContext:
         p_improve: the acceptance confidence ``1 - 1/E``, when measured (audit only).
         uncertainty: any spread the caller wants logged (audit only).
         stable_distance: versions between the card's base and the head (audit only).
-        blast_radius: the artifact's blast radius.
+        blast_radius: the artifact's blast radius, in [0, 1].
+
+    Raises:
+        InvalidArgumentType: ``size`` is not an int, or ``blast_radius`` not a number.
+        InvalidArgument: ``size`` is negative, or ``blast_radius`` outside [0, 1] (or NaN):
+            a feature the model learns from must be one a real card can have.
     """
 
     before_after_delta: float | None = None
@@ -60,6 +65,12 @@ class AllocatorContext:
     uncertainty: float | None = None
     stable_distance: float = 0.0
     blast_radius: float = 0.2
+
+    def __post_init__(self) -> None:
+        check_int(self.size, "size", low=0, owner="AllocatorContext",
+                  hint="the number of ops in the worker's own diff")
+        check_fraction(self.blast_radius, "blast_radius", owner="AllocatorContext",
+                       hint="the artifact's blast radius, as the ledger holds it")
 
     def features(self) -> tuple[float, float, float]:
         """``(advantage or 0.0, min(1, log1p(size) / log1p(100)), blast_radius)``."""

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..domains.router import RouterDomain
 from ..engine.entry import evolve
+from .parser import OneLineParser
 from .runspec import knob_default
 
 __all__ = ["KNOB_FLAGS", "demo_parser", "main"]
@@ -42,7 +43,7 @@ KNOB_FLAGS = {"--seed": "seed", "--rounds": "rounds", "--workers": "n_workers", 
 
 def demo_parser() -> argparse.ArgumentParser:
     """``agentdescent demo``'s argument parser."""
-    parser = argparse.ArgumentParser(prog="agentdescent demo", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="agentdescent demo", description=__doc__.split("\n\n")[0])
     knob = {flag: knob_default(name) for flag, name in KNOB_FLAGS.items()}
     parser.add_argument("--ledger", type=Path, default=None,
                         help="SQLite ledger file to keep (a second run resumes it); default: a temporary one")

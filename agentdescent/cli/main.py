@@ -15,7 +15,9 @@ Commands: ``demo``, ``init``, ``plan``, ``run``, ``status``, ``show``, ``resume`
 ``eval``, ``export``, ``report``; each has ``--help``. Exit codes: 0 done, 1 the run (or
 ``eval``'s model calls) failed (the message names the cause), 2 usage error (a bad flag,
 or a missing, malformed or damaged file, naming it), each in one line without a traceback
-(`_main` is the one boundary). ``run`` and ``resume`` hold the run directory's lock
+(`_main` is the one boundary); 128 + the signal's number when SIGINT (Ctrl-C: 130), SIGTERM
+(143), SIGHUP (129) or SIGQUIT (131) stopped the command, which then winds down as after
+Ctrl-C (`agentdescent.cli.signals`). ``run`` and ``resume`` hold the run directory's lock
 (`agentdescent.cli.runlock`) from before they read anything; the other commands never take it.
 
 The ``--reward`` names are `agentdescent.rewards.builtin.by_name`'s (one home for each rule), plus
@@ -53,6 +55,7 @@ from ..errors import (
     ContractError,
     GovernanceError,
     InvalidArgument,
+    LedgerBusy,
     LedgerError,
     UsageError,
 )
@@ -60,6 +63,7 @@ from ..ledger import SqliteLedger
 from ..merge.aggregator import AggregatorConfig
 from ..types import one_line
 from .demo import main as demo_main
+from .diskfull import DISK_FULL, disk_full, disk_full_line
 from .explain import likely_cause, round_record
 from .parser import build_parser
 from .plan import cmd_plan
@@ -72,12 +76,12 @@ from .rundir import (
     read_json,
     write_tasks,
 )
+from .runinputs import check_inputs, init_inputs
 from .runlock import hold
 from .runspec import (
     ARTIFACT_ID,
     DEFAULT_KEY_ENV,
     check_answers,
-    check_base_url,
     check_key_env,
     check_reward_call,
     initial_state,
@@ -100,10 +104,13 @@ from .runviews import (
     test_line,
     test_summary,
 )
+from .signals import catching_signals, stopped
+from .specvalues import check_values
 
 __all__ = ["COMMANDS", "EXIT_INTERRUPTED", "SPEC_FORMAT", "UsageError", "main"]
 
-#: The exit code of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+#: The exit code of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it); SIGTERM's is 143, SIGHUP's
+#: 129, SIGQUIT's 131 (`agentdescent.cli.signals.Stopped.exit_code`).
 EXIT_INTERRUPTED = 130
 
 # --------------------------------------------------------------------------- commands
@@ -128,14 +135,13 @@ def _proposer_spec(args: argparse.Namespace, api_key_env: str) -> dict[str, Any]
 
 def cmd_init(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
+    if os.path.lexists(run.path) and not run.path.is_dir():
+        raise UsageError(f"RUN_DIR {run.path}: exists and is not a folder; give the path of a new folder (init makes "
+                         "it) or of an existing one")
     if run.spec_file.exists() and not args.force:
         raise UsageError(f"{run.spec_file} exists; pick a new RUN_DIR, or pass --force to replace the spec")
     check_flags(args)
     api_key_env = check_key_env(args.api_key_env, "--api-key-env") or DEFAULT_KEY_ENV[args.provider]
-    check_base_url(args.base_url, "--base-url")
-    check_base_url(args.proposer_base_url, "--proposer-base-url")
-    if not 0.0 < args.false_accept_rate <= 0.5:
-        raise UsageError(f"--false-accept-rate {args.false_accept_rate}: use a rate in (0, 0.5], e.g. 0.05")
     common = {
         "format": SPEC_FORMAT, "model": args.model, "provider": args.provider, "base_url": args.base_url,
         "api_key_env": api_key_env, "seed": args.seed, "held_out_frac": args.held_out_frac,
@@ -143,6 +149,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         "proposer": _proposer_spec(args, api_key_env), "false_accept_rate": args.false_accept_rate,
         "command": _command_line(args),
     }
+    check_values(common)  # each value as `run` will check it, named by its flag (`specvalues.FIELDS`)
     if args.tree is not None:
         return init_tree(args, run, common)
     if args.tasks is None:
@@ -174,7 +181,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         **common, "tasks": "tasks.jsonl", "reward": args.reward, "strategy": args.strategy,
         "initial_text": initial_text, "test_tasks": "test_tasks.jsonl" if test_tasks else None,
         "stratify": args.stratify, "proposal": args.proposal,
+        "inputs": init_inputs(tasks, test_tasks, initial_text, args.initial),
     }
+    check_values(spec)
     if args.stratify and any(args.stratify not in t.meta for t in tasks):
         missing = next(t.id for t in tasks if args.stratify not in t.meta)
         raise UsageError(f"--stratify {args.stratify}: task {missing!r} has no {args.stratify!r} field; every task "
@@ -228,7 +237,8 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
              asynchronous: bool, patience: int | None = None, restart: bool = False) -> int:
     """Run (or go on with) the run in ``run``; the ledger's saved progress decides which.
 
-    Ctrl-C ends it with one line saying what was kept and how to go on (exit 130). An
+    Ctrl-C ends it with one line saying what was kept and how to go on (exit 130), and so
+    do SIGTERM, SIGHUP and SIGQUIT (state ``terminated``, exit 128 + the signal's number). An
     async run counts merges, not rounds: ``rounds * workers`` rollouts in all. Once the
     run's parts are built, ``restart`` deletes the ledger, rounds, result and status, and
     the spec (with this run's settings) is written. What fails before the
@@ -262,6 +272,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
             "initial_reward": previous.get("initial_reward"), "tokens": spent_before, "stop_reason": None,
             "max_tokens": max_tokens, "rounds_planned": None if asynchronous else done_before + rounds,
             "rollouts_planned": rounds * workers if asynchronous else None, "error": None, "why": None,
+            "signal": None,
         }
         run.write_status(status)
         try:
@@ -305,17 +316,26 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
                           tokens=result.usage.total_tokens, round=len(result.history),
                           test=test_summary(result.test), why=why)
             run.write_status(status)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM, SIGHUP, SIGQUIT (`catching_signals`)
+            stop = stopped(exc)
             kept = read_progress(ledger, ARTIFACT_ID)  # what a resume starts from (a round can end unsaved)
             done, unit, head = len(kept.rounds) if kept else 0, status["unit"], ledger.versions().get(ARTIFACT_ID)
-            status.update(state="interrupted", stop_reason="interrupted", round=done, head_version=head)
+            status.update(state=stop.state, stop_reason=stop.state, signal=stop.name, round=done, head_version=head,
+                          stopped=now())
             run.write_status(status)
             kept = (f"head v{head} and every commit before it" if head else "nothing committed yet")
-            print(f"\ninterrupted after {done} finished {unit}(s); the ledger keeps {kept}; go on with "
-                  f"`agentdescent resume {run.path}`", file=sys.stderr)
-            return EXIT_INTERRUPTED
+            with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+                print(f"\n{stop.state} after {done} finished {unit}(s) ({stop.name}); the ledger keeps {kept}; go on "
+                      f"with `agentdescent resume {run.path}`", file=sys.stderr)
+            return stop.exit_code
         except Exception as exc:  # never left "running": whatever ended the run is its error
-            status.update(state="failed", error=_error_line(exc), finished=now())
+            error = _error_line(exc)
+            if disk_full(exc):  # named, with the way on; written over the old status if need be (`write_status`)
+                error = redact(disk_full_line(run.path, exc, f"`agentdescent resume {run.path}`"))
+                status["stop_reason"] = DISK_FULL
+            elif isinstance(exc, LedgerBusy):  # another driver took the artifact over mid-run: how to go on here
+                error += f"; from the command line, go on with `agentdescent resume {run.path}` once it is done"
+            status.update(state="failed", error=error, finished=now())
             with contextlib.suppress(OSError):
                 run.write_status(status)
             print(f"agentdescent: the run failed: {status['error']}", file=sys.stderr)
@@ -355,8 +375,11 @@ def _run(run: RunDir, args: argparse.Namespace) -> int:
     if run.ledger_file.exists() and not args.restart:
         raise UsageError(f"{run.path} has already run; `agentdescent resume {run.path}` continues it "
                          "(or pass --restart to start over, which deletes its ledger)")
-    spec.update(run_rounds=args.rounds, run_workers=args.workers, run_max_tokens=args.max_tokens,
-                run_async=args.asynchronous, run_patience=args.patience, run_command=_command_line(args))
+    settings = dict(run_rounds=args.rounds, run_workers=args.workers, run_max_tokens=args.max_tokens,
+                    run_async=args.asynchronous, run_patience=args.patience, run_command=_command_line(args))
+    check_values(settings)  # as the spec is checked when opened: a value the spec could not hold is refused now
+    _settle_inputs(run, spec, args)
+    spec.update(settings)
     return _execute(run, spec, rounds=args.rounds, workers=args.workers, max_tokens=args.max_tokens,
                     asynchronous=args.asynchronous, patience=args.patience, restart=args.restart)
 
@@ -371,6 +394,7 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
     spec = run.spec()
     if not run.ledger_file.exists():
         raise no_ledger(run)
+    _settle_inputs(run, spec, args)
     with SqliteLedger(run.ledger_file) as ledger:
         saved = read_progress(ledger, ARTIFACT_ID)
     planned, workers = spec_knob(spec, "rounds", "run_rounds"), spec_knob(spec, "n_workers", "run_workers")
@@ -392,13 +416,28 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
                     asynchronous=bool(spec.get("run_async")), patience=spec_knob(spec, "patience", "run_patience"))
 
 
+def _settle_inputs(run: RunDir, spec: dict[str, Any], args: argparse.Namespace) -> bool:
+    """Refuse a task file changed since init, unless ``--accept-changed-tasks`` (`check_inputs`); say its notes.
+
+    What changed in the spec (checksums recorded for the first time, a change adopted) is
+    written at once, under the run's lock: it holds whatever happens to the run next.
+    """
+    notes, changed = check_inputs(run, spec, accept=args.accept_changed_tasks, command=_command_line(args))
+    if changed:
+        atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
+    for note in notes:
+        print(note, file=sys.stderr)
+    return changed
+
+
 def _command_line(args: argparse.Namespace) -> str:
     """The command as typed (``agentdescent ...``), for the spec and the report (no flag takes a key)."""
     return shlex.join(["agentdescent", *getattr(args, "argv", [])])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 done, 1 the run failed, 2 usage error, 130 Ctrl-C)."""
+    """Run the command line; returns the exit code (0 done, 1 the run failed, 2 usage error, 128 + a signal's
+    number: 130 Ctrl-C, 143 SIGTERM)."""
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly
@@ -424,18 +463,35 @@ def _main(argv: list[str]) -> int:
         return int(exc.code or 0)
     args.argv = argv
     try:
-        return int(COMMANDS[args.command](args))
-    except KeyboardInterrupt:  # outside a run (a run says what it kept)
-        print(f"\nagentdescent {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        with catching_signals():  # SIGTERM, SIGHUP, SIGQUIT end a command as Ctrl-C does: every finally runs
+            return int(COMMANDS[args.command](args))
+    except KeyboardInterrupt as exc:  # outside a run (a run says what it kept)
+        stop = stopped(exc)
+        with contextlib.suppress(OSError):
+            print(f"\nagentdescent {args.command}: {stop.state} ({stop.name})", file=sys.stderr)
+        return stop.exit_code
     except BrokenPipeError:
         raise  # the reader went away: `main` stops quietly
     except (ContractError, GovernanceError, LedgerError) as exc:  # bad input: a flag, a missing or damaged file
-        print(f"agentdescent {args.command}: {_error_line(exc)}", file=sys.stderr)
-        return 2
+        return _failed(args, exc, 2)
     except Exception as exc:  # a model call, the disk, or a fault of agentdescent's: in one line
-        print(f"agentdescent {args.command}: {_error_line(exc)}", file=sys.stderr)
+        return _failed(args, exc, 1)
+
+
+def _failed(args: argparse.Namespace, exc: BaseException, code: int) -> int:
+    """Say a command's failure in one line; returns ``code``, or 1 for a full disk, whatever raised it.
+
+    A full disk (a ledger write, the run lock, a run directory's file) is not bad input:
+    the line names the folder, the room left and the command that goes on once there is room.
+    """
+    if disk_full(exc):
+        run = RunDir(args.run_dir)
+        then = (f"agentdescent resume {run.path}" if args.command in ("run", "resume") and run.ledger_file.exists()
+                else _command_line(args))
+        print(f"agentdescent {args.command}: {redact(disk_full_line(run.path, exc, f'`{then}`'))}", file=sys.stderr)
         return 1
+    print(f"agentdescent {args.command}: {_error_line(exc)}", file=sys.stderr)
+    return code
 
 
 def _error_line(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ through `agentdescent.cli.runspec.knob_default`, and some take their help from t
 field's own documentation (`knob_help`), so a default lives in one place and a test pins
 each flag to it. `build_parser` is one step per command (`_add_init`, `_add_run`...);
 every option's help ends with its default (`_DefaultsFormatter`), and a bad flag's error
-line never echoes a key (`_Parser`).
+line is one line, ending with where the usage is, and never echoes a key (`OneLineParser`).
 
 This module owns the flags, their types, defaults and help. It must not read or write a
 file, run a command or print anything but argparse's usage, help and error lines; which
@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import inspect
 import re
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,8 +30,9 @@ from ..errors import InvalidArgument
 from ..merge.aggregator_config import AggregatorConfig
 from .runspec import REWARD_HELP, knob_default, redact
 from .runtree import DEFAULT_SUITE_TIMEOUT
+from .specvalues import PROVIDERS
 
-__all__ = ["KNOB_FLAGS", "build_parser", "knob_help"]
+__all__ = ["KNOB_FLAGS", "OneLineParser", "build_parser", "knob_help"]
 
 #: The flags that mirror an engine knob: ``(command, flag)`` -> the knob (a keyword of
 #: `agentdescent.evolve`, or a field of `AggregatorConfig`) whose default the flag takes.
@@ -51,7 +51,7 @@ KNOB_FLAGS: Mapping[tuple[str, str], str] = {
     ("eval", "--workers"): "n_workers",
 }
 
-_PROVIDERS = ["openai", "anthropic"]
+_PROVIDERS = list(PROVIDERS)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -115,12 +115,26 @@ class _DefaultsFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown})".lstrip()
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose error line never echoes a key-shaped value (`redact`)."""
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose error is one line, never echoing a key-shaped value (`redact`).
+
+    argparse prints the whole usage block before the line that matters; here the line says
+    where the usage is instead: ``agentdescent run: error: argument --rounds: invalid int
+    value: 'x' (see agentdescent run --help)``.
+    """
 
     def error(self, message: str) -> Any:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {redact(message)}\n")
+        self.exit(2, f"{self.prog}: error: {redact(message)} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's, but an unknown argument is refused by the command it was given to (its --help named)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            self.exit(2, f"{prog}: error: {redact('unrecognized arguments: ' + ' '.join(extras))} (see {prog} "
+                      "--help)\n")
+        return parsed
 
 
 def _command(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
@@ -247,19 +261,27 @@ def _add_run(sub: Any) -> None:
           help="stop after N rounds' worth of rollouts without a commit (default: never)")
     p.add_argument("--async", dest="asynchronous", action="store_true", help="the barrier-free runtime")
     p.add_argument("--restart", action="store_true", help="delete the ledger and rounds and start over")
+    _accept_changed(p)
+
+
+def _accept_changed(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--accept-changed-tasks", action="store_true",
+                   help="go on though tasks.jsonl (or test_tasks.jsonl, or the starting artifact) changed since init: "
+                   "adopt it as it is and record the change in spec.json (default: off, a changed file is refused)")
 
 
 def _add_resume(sub: Any) -> None:
-    p = _command(sub, "resume", "continue an interrupted or finished run")
+    p = _command(sub, "resume", "continue an interrupted, terminated or finished run")
     p.add_argument("--rounds", type=_positive, default=None, metavar="R",
                    help="rounds to add (default: what the run had left)")
+    _accept_changed(p)
 
 
 # --------------------------------------------------------------------------- the read-only commands
 
 
 def _add_status(sub: Any) -> None:
-    p = _command(sub, "status", "running / finished / failed / interrupted, with progress")
+    p = _command(sub, "status", "running / finished / failed / interrupted / terminated, with progress")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="every round: proposals (refused, by kind, with an example), each merge decision "
                    "with its numbers and its reason")
@@ -310,7 +332,7 @@ def _add_report(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``agentdescent`` argument parser (every command has ``--help``; ``args.command`` names the one given)."""
-    parser = _Parser(prog="agentdescent", description="Parallel self-evolution of LLM agent artifacts.")
+    parser = OneLineParser(prog="agentdescent", description="Parallel self-evolution of LLM agent artifacts.")
     parser.add_argument("--version", action="version", version=f"agentdescent {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # `agentdescent demo` has its own parser (agentdescent.cli.demo); listed here for the help

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import json
 import os
 import secrets
@@ -28,12 +29,22 @@ from typing import Any
 
 from ..errors import UsageError
 from ..types import Task
+from ..validation import is_int, is_real
+from .diskfull import no_space
 from .runlock import LOCK_NAME, holder
+from .specvalues import check_spec
 
-__all__ = ["SPEC_FORMAT", "RunDir", "atomic_write", "check_output", "check_output_dir", "is_inside", "jsonl_lines",
-           "load_tasks", "now", "read_json", "write_output", "write_tasks"]
+__all__ = ["MAX_DEPTH", "SPEC_FORMAT", "STOPPED", "RunDir", "atomic_write", "check_output", "check_output_dir", "is_inside", "jsonl_lines",
+           "load_tasks", "now", "read_json", "tasks_text", "write_output", "write_tasks"]
 
 SPEC_FORMAT = "agentdescent-run/1"
+#: The deepest nesting of lists and objects a task line may hold (deeper is refused, naming the line).
+MAX_DEPTH = 64
+
+#: The states of a run stopped before its end, that ``resume`` goes on with: ``interrupted`` (Ctrl-C, or a
+#: process that died without a word), ``terminated`` (SIGTERM, SIGHUP, SIGQUIT; ``status.json``'s
+#: ``signal`` names it).
+STOPPED = ("interrupted", "terminated")
 
 
 # --------------------------------------------------------------------------- files
@@ -69,9 +80,11 @@ def atomic_write(path: Path, text: str) -> None:
             if stat.S_ISREG(before.st_mode):
                 os.chmod(tmp, stat.S_IMODE(before.st_mode))
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:  # name the file
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
 
 
@@ -192,16 +205,85 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
         raise UsageError(f"{path}: no {what} here; is this a run directory made by `agentdescent init`?") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: not a readable {what} ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a readable {what} (nested too deeply to read)") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: the {what} must be a JSON object")
     return data
+
+
+class _NotFinite(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity`` in a line: Python's JSON reads them, JSON has no such numbers."""
+
+
+def _not_finite(name: str) -> Any:
+    raise _NotFinite(name)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Does ``value`` nest lists and objects more than ``limit`` levels deep (walked without recursion)?"""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, for a message: ``null``, ``true``, ``the number 18``, ``an object``..."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "a list"
+    return "an empty string" if value == "" else "a blank string"
+
+
+def _task_row(line: str, path: Path, n: int) -> dict[str, Any]:
+    """Line ``n`` of a tasks file, parsed strictly: an object with a non-empty ``prompt``, an ``id`` that is a
+    non-empty string or an integer, an ``answer`` that is a string, no NaN or Infinity, at most `MAX_DEPTH` deep."""
+    where = f"{path}, line {n}"
+    too_deep = (f"{where}: nested more than {MAX_DEPTH} levels deep (lists and objects); a task line is an object "
+                "of a prompt, an id, an answer and flat fields")
+    try:
+        row = json.loads(line, parse_constant=_not_finite)
+    except _NotFinite as exc:
+        raise UsageError(f"{where}: {exc.args[0]} is not a JSON number (JSON has no NaN or Infinity); write a "
+                         "finite number, or text in quotes") from None
+    except RecursionError:
+        raise UsageError(too_deep) from None
+    except ValueError as exc:
+        raise UsageError(f"{where}: not JSON ({exc.args[0]})") from None
+    if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+        raise UsageError(f'{where}: each line must be a JSON object with a non-empty "prompt" string')
+    if _deeper_than(row, MAX_DEPTH):
+        raise UsageError(too_deep)
+    task_id = row.get("id", "")
+    if "id" in row and not (is_int(task_id) or (isinstance(task_id, str) and task_id.strip())):
+        raise UsageError(f'{where}: "id" is {_kind(task_id)}; an id is a non-empty string or an integer (or leave '
+                         f'"id" out, and the task is named task-{n})')
+    answer = row.get("answer")
+    if "answer" in row and not isinstance(answer, str):
+        fix = f"write it in quotes, {json.dumps(json.dumps(answer))}" if is_real(answer) else (
+            'leave "answer" out for a task without one' if answer is None else "give the answer as text")
+        raise UsageError(f'{where}: "answer" is {_kind(answer)}; an answer is a string: {fix}')
+    return row
 
 
 def load_tasks(path: Path, flag: str = "--tasks", minimum: int = 4) -> list[Task]:
     """Read a tasks file: one JSON object per line with ``prompt``, optional ``id`` and ``answer``.
 
     ``flag`` names the file in messages; a run needs ``minimum`` = 4 tasks (some train,
-    some held out), a test set or an ``eval`` file one.
+    some held out), a test set or an ``eval`` file one. Each line is read strictly
+    (`_task_row`): an ``id`` is a non-empty string or an integer (``null`` is not made
+    ``"None"``), an ``answer`` a string; NaN and Infinity, which JSON does not have, and
+    nesting deeper than `MAX_DEPTH` are refused, naming the line.
 
     Raises:
         UsageError: the file is missing, or a line is malformed (the message names the line).
@@ -219,12 +301,7 @@ def load_tasks(path: Path, flag: str = "--tasks", minimum: int = 4) -> list[Task
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise UsageError(f"{path}, line {n}: not JSON ({exc.args[0]})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-            raise UsageError(f'{path}, line {n}: each line must be a JSON object with a non-empty "prompt" string')
+        row = _task_row(line, path, n)
         task_id = str(row.get("id", f"task-{n}"))
         if task_id in seen:
             raise UsageError(f"{path}, line {n}: duplicate id {task_id!r}; ids must be unique")
@@ -238,10 +315,15 @@ def load_tasks(path: Path, flag: str = "--tasks", minimum: int = 4) -> list[Task
     return tasks
 
 
+def tasks_text(tasks: Sequence[Task]) -> str:
+    """The text of a tasks file holding ``tasks`` (what `write_tasks` writes and `load_tasks` reads back)."""
+    return "".join(json.dumps({"id": t.id, "prompt": t.prompt, **dict(t.meta)}, ensure_ascii=False) + "\n"
+                   for t in tasks)
+
+
 def write_tasks(path: Path, tasks: Sequence[Task]) -> None:
-    """Write ``tasks`` as a tasks file (what `load_tasks` reads back), atomically."""
-    atomic_write(path, "".join(json.dumps({"id": t.id, "prompt": t.prompt, **dict(t.meta)}, ensure_ascii=False) + "\n"
-                               for t in tasks))
+    """Write ``tasks`` as a tasks file (`tasks_text`), atomically."""
+    atomic_write(path, tasks_text(tasks))
 
 
 # --------------------------------------------------------------------------- run directory
@@ -265,14 +347,19 @@ class RunDir:
     report_file = property(lambda self: self.path / "report.html")
 
     def spec(self) -> dict[str, Any]:
-        """The run's spec.
+        """The run's spec, every value checked as the flag that set it is (`agentdescent.cli.specvalues.check_spec`).
+
+        Every command that opens a run directory reads it here, so a value a hand edited
+        (``"seed": "x"``, ``"provider": "cohere"``, no ``"model"``) is refused in one line
+        naming the file, the key, the value and the fix, before anything uses it.
 
         Raises:
-            UsageError: no spec here, or one this version cannot read.
+            UsageError: no spec here, one this version cannot read, or a bad value in it.
         """
         spec = read_json(self.spec_file, "spec.json")
         if spec.get("format") != SPEC_FORMAT:
             raise UsageError(f"{self.spec_file}: format {spec.get('format')!r}, expected {SPEC_FORMAT!r}")
+        check_spec(spec, self.spec_file)
         return spec
 
     def rounds(self) -> list[dict[str, Any]]:
@@ -285,7 +372,7 @@ class RunDir:
         except (OSError, ValueError) as exc:
             raise UsageError(f"{self.rounds_file}: not a readable rounds.jsonl ({exc})") from None
         for line in jsonl_lines(text):
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 row = json.loads(line)
                 if isinstance(row, dict):
                     rows.append(row)
@@ -299,13 +386,31 @@ class RunDir:
             os.fsync(f.fileno())
 
     def write_status(self, status: dict[str, Any]) -> None:
-        """Replace ``status.json`` atomically."""
-        atomic_write(self.status_file, json.dumps(status, indent=2, sort_keys=True))
+        """Replace ``status.json`` atomically; on a full disk, write it over the old file's own bytes.
+
+        A full disk has no room for the new file `atomic_write` makes, and a status left
+        ``running`` would read as ``interrupted``: the run's end (``failed: disk full``) is
+        then written in place (`_rewrite_in_place`), when it fits the blocks the file has.
+
+        Raises:
+            OSError: it cannot be written either way.
+        """
+        text = json.dumps(status, indent=2, sort_keys=True)
+        try:
+            atomic_write(self.status_file, text)
+        except OSError as exc:
+            if not no_space(exc):
+                raise
+            try:
+                _rewrite_in_place(self.status_file, text)
+            except OSError:
+                raise exc from None
 
     def status(self) -> dict[str, Any]:
         """The status: ``running`` (with the ``pid`` and ``since`` of the lock's holder) while a
         process holds the run directory's lock (`agentdescent.cli.runlock`), and a run whose process
-        died without finishing reported as ``interrupted``."""
+        died without finishing reported as ``interrupted``. A run a signal stopped says so itself
+        (``interrupted`` or ``terminated``, with the ``signal``; `STOPPED`)."""
         status = read_json(self.status_file, "status.json") if self.status_file.exists() else {
             "state": "initialised", "round": 0}
         held = holder(self.path)
@@ -314,6 +419,31 @@ class RunDir:
         elif status.get("state") == "running" and (self.lock_file.exists() or not _alive(status.get("pid"))):
             status["state"] = "interrupted"  # nobody holds the lock (or, before the lock, the pid is gone)
         return status
+
+
+def _rewrite_in_place(path: Path, text: str) -> None:
+    """Write ``text`` over the bytes of the existing file ``path``, needing no new block of the disk.
+
+    Only when ``text`` fits in the blocks the file already holds (a status fits one), so the
+    write allocates nothing and lands in one ``pwrite``; padded with spaces (JSON whitespace)
+    to the old length, so no old byte is left past its end. Not atomic against a power cut,
+    which is why it is only the fallback of a full disk.
+
+    Raises:
+        OSError: no such regular file, or ``text`` needs more room than it holds.
+    """
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        found = os.fstat(fd)
+        data = text.encode("utf-8")
+        if not stat.S_ISREG(found.st_mode) or len(data) > found.st_blocks * 512:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        data = data.ljust(found.st_size, b" ")
+        if os.pwrite(fd, data, 0) != len(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: Any) -> bool:

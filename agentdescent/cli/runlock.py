@@ -95,6 +95,8 @@ def hold(run_dir: Path, command: str) -> Iterator[None]:
     Raises:
         UsageError: another process holds it (the message names its pid and since when),
             the directory does not exist, or ``.lock`` is not a regular file.
+        OSError: the holder's pid cannot be written into ``.lock`` (a full disk: the
+            command line says so, `agentdescent.cli.diskfull`); the lock is not kept.
     """
     if fcntl is None:  # pragma: no cover
         yield
@@ -124,8 +126,11 @@ def hold(run_dir: Path, command: str) -> Iterator[None]:
                 time.sleep(_STEP)
         record = {"pid": os.getpid(), "command": command,
                   "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
+        except OSError as exc:  # a full disk, most likely: the message names the file (the lock is let go)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         try:
             yield
         finally:

@@ -16,10 +16,9 @@ A ``MODULE:FUNC`` reward is checked before it is ever called: a Python function 
 built-in or C function, not a class) defined in a file in the run directory, the current
 directory, a ``PYTHONPATH`` entry or the installed packages (not the standard library),
 whose signature takes ``(task, output)``; `check_reward_call` then calls it on a sample
-task (``init``). Secrets stay out of the spec: `check_key_env` refuses a key given where
-the NAME of its variable goes, `check_base_url` a URL holding a password, neither echoing
-it, and `redact` takes key-shaped strings out of any message. It must not write files or
-print.
+task (``init``). Secrets stay out of the spec: `check_key_env`, `check_base_url` and
+`redact` are `agentdescent.cli.specvalues`' (each spec key's one check), named here too.
+It must not write files or print.
 """
 
 from __future__ import annotations
@@ -30,24 +29,23 @@ import difflib
 import importlib
 import inspect
 import os
-import re
 import site
 import sys
 import sysconfig
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 from .. import rewards
 from ..code import FileTree
 from ..engine.config import SYNC_ENGINE, Split, engine_signature
-from ..errors import InvalidArgument, LedgerError, RewardContractError, UsageError
+from ..errors import InvalidArgument, LedgerCorrupted, LedgerError, RewardContractError, UsageError
 from ..ledger import SqliteLedger
 from ..merge.aggregator_config import AggregatorConfig
 from ..merge.strategies import AppendRules, KeyedRules, SingleSlot, Strategy
 from ..types import Task
 from .rundir import RunDir, load_tasks
+from .specvalues import DEFAULT_KEY_ENV, check_base_url, check_key_env, looks_like_key, redact
 
 __all__ = ["ARTIFACT_ID", "DEFAULT_KEY_ENV", "REWARD_HELP", "check_answers", "check_base_url",
            "check_key_env", "check_reward_call", "initial_state", "is_tree", "knob_default", "ledger_problem",
@@ -59,7 +57,6 @@ REWARD_HELP = ("exact, normalized, contains, choice:A,B,..., number:TOL (number:
             "regex:PATTERN ({answer} in it is the task's answer) or MODULE:FUNC")
 #: the kinds of the built-in ``--reward`` names (`agentdescent.rewards.builtin.by_name`)
 _BUILTIN_KINDS = ("exact", "normalized", "contains", "choice", "number", "regex")
-DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 @contextlib.contextmanager
@@ -192,85 +189,6 @@ def check_reward_call(spec: str, reward: Callable[[Task, str], Any], tasks: Sequ
             raise UsageError(f"--reward {spec}: {where}, with the output {output!r}: {exc}") from None
 
 
-# --------------------------------------------------------------------------- secrets
-
-#: how keys of the common providers begin (checked case-sensitively, with 8 or more characters after)
-_KEY_PREFIXES = ("sk-", "sk_", "gsk_", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xoxb-", "xoxp-",
-                 "AKIA", "AIza", "pk_", "rk_", "pplx-", "xai-", "nvapi-", "r8_")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_TOKEN = re.compile(r"[A-Za-z0-9_\-+/=]{16,}")
-
-
-def looks_like_key(text: str) -> bool:
-    """Whether ``text`` is shaped like an API key: a provider's key prefix, or a long mix of letters and digits.
-
-    Long means a run of 20 or more letters and digits holding both, or 16 or more holding
-    upper case, lower case and digits; variable names (``OPENAI_API_KEY``,
-    ``AZURE_OPENAI_API_KEY_EASTUS2``) are words between underscores and are not.
-    """
-    text = text.strip()
-    if any(text.startswith(p) and len(text) >= len(p) + 8 for p in _KEY_PREFIXES):
-        return True
-    for run in re.findall(r"[A-Za-z0-9]+", text):
-        letters, digits = any(c.isalpha() for c in run), any(c.isdigit() for c in run)
-        mixed_case = any(c.isupper() for c in run) and any(c.islower() for c in run)
-        if (len(run) >= 20 and letters and digits) or (len(run) >= 16 and digits and mixed_case):
-            return True
-    return False
-
-
-def redact(text: str) -> str:
-    """``text`` with every key-shaped word (`looks_like_key`) and the value of every set variable
-    whose name ends in KEY, TOKEN, SECRET or PASSWORD replaced by ``[redacted]``."""
-    values = [v for k, v in os.environ.items() if len(v) >= 8 and re.search(r"(KEY|TOKEN|SECRET|PASSWORD)$", k.upper())]
-    for value in sorted(values, key=len, reverse=True):
-        text = text.replace(value, "[redacted]")
-    return _TOKEN.sub(lambda m: "[redacted]" if looks_like_key(m.group(0)) else m.group(0), text)
-
-
-def check_key_env(value: str | None, flag: str) -> str | None:
-    """``value`` when it is the NAME of an environment variable; a key given there is refused, never echoed.
-
-    Raises:
-        UsageError: ``value`` holds characters no variable name has, or looks like a key.
-    """
-    if value is None:
-        return None
-    if not _NAME.fullmatch(value) or looks_like_key(value):
-        why = "looks like an API key" if looks_like_key(value) else "holds characters no variable name has"
-        raise UsageError(f"{flag}: the value {why} (not shown); give the NAME of an environment variable, not "
-                         f"the key: export MY_KEY=... and pass {flag} MY_KEY")
-    return value
-
-
-def check_base_url(value: str | None, flag: str) -> str | None:
-    """``value`` when it is an http(s) URL without a credential in it; never echoes a password or a key.
-
-    Raises:
-        UsageError: a user name or password in it (``http://user:pass@host``), a key-shaped
-            query value, or not an http(s) URL.
-    """
-    if value is None:
-        return None
-    try:
-        parts = urlsplit(value)
-        credential = parts.username is not None or parts.password is not None or "@" in parts.netloc
-        query = parse_qsl(parts.query, keep_blank_values=True)
-    except ValueError:
-        raise UsageError(f"{flag}: not a URL; give an http:// or https:// URL, e.g. http://127.0.0.1:8090/v1") \
-            from None
-    if credential:
-        raise UsageError(f"{flag}: the URL holds a user name or password (USER:PASSWORD@HOST, not shown); put the "
-                         "credential in the API key's environment variable (--api-key-env VAR) and give the URL "
-                         "without it")
-    if any(looks_like_key(v) for _, v in query):
-        raise UsageError(f"{flag}: the URL's query holds what looks like an API key (not shown); put the key in "
-                         "the API key's environment variable (--api-key-env VAR) and give the URL without it")
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UsageError(f"{flag} {redact(value)!r}: give an http:// or https:// URL, e.g. http://127.0.0.1:8090/v1")
-    return value
-
-
 def _needs_answer(spec: str) -> bool:
     kind, _, arg = spec.partition(":")
     return kind in ("exact", "normalized", "contains", "choice", "number") or (kind == "regex" and "{answer}" in arg)
@@ -373,7 +291,10 @@ def _provider(model: str, kind: str, base_url: str | None, env_var: str | None, 
     key = os.environ.get(env_var) if env_var else None
     if env_var and not key:
         raise UsageError(f"{whose} environment variable {env_var} is not set; export it and run again")
-    factory = openai_compatible if kind == "openai" else anthropic
+    factories = {"openai": openai_compatible, "anthropic": anthropic}
+    if kind not in factories:  # a spec is checked when opened (`check_spec`): this is the last guard, never silent
+        raise UsageError(f"provider {str(kind)[:40]!r}: not a known provider; use one of {', '.join(factories)}")
+    factory = factories[kind]
     options: dict[str, Any] = {"api_key": key}
     if base_url:
         options["base_url"] = base_url
@@ -461,13 +382,16 @@ def make_agent(spec: dict[str, Any], *, propose: bool = True) -> Any:
 def load_versions(run: RunDir) -> tuple[dict[int, dict[str, str]], Strategy]:
     """Every version of the run's artifact in its ledger (version -> state), and the strategy that renders them.
 
+    The ledger is opened read-only (``SqliteLedger(read_only=True)``): its history is checked,
+    nothing is written, and a run directory on a read-only mount reads as any other.
+
     Raises:
         UsageError: the run has no ledger yet.
     """
     spec = run.spec()
     if not run.ledger_file.exists():
         raise no_ledger(run)
-    ledger = SqliteLedger(run.ledger_file)
+    ledger = SqliteLedger(run.ledger_file, read_only=True)
     try:
         states = {entry.version: dict(entry.state) for entry in ledger.history(ARTIFACT_ID)}
     finally:
@@ -487,15 +411,16 @@ def no_ledger(run: RunDir) -> UsageError:
 
 
 def ledger_problem(run: RunDir) -> tuple[str, str] | None:
-    """What is wrong with the run's ledger, ``("missing", "")`` or ``("damaged", the error in one line)``, or None.
+    """What is wrong with the run's ledger, ``("missing", "")``, ``("damaged", the error in one line)``
+    or ``("unreadable", the error)`` (not damage: a newer or older schema, another application's file), or None.
 
-    Opening checks the file's whole history (`agentdescent.ledger.SqliteLedger`); a
-    missing file is not created.
+    Opening read-only checks the file's whole history (`agentdescent.ledger.SqliteLedger`)
+    and writes nothing; a missing file is not created.
     """
     if not os.path.lexists(run.ledger_file):
         return "missing", ""
     try:
-        SqliteLedger(run.ledger_file).close()
+        SqliteLedger(run.ledger_file, read_only=True).close()
     except LedgerError as exc:
-        return "damaged", " ".join(str(exc).split())
+        return "damaged" if isinstance(exc, LedgerCorrupted) else "unreadable", " ".join(str(exc).split())
     return None

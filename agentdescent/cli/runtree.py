@@ -34,7 +34,16 @@ from ..code import FileTree, Sandbox, TestSuite
 from ..code.tree import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, SKIPPED_DIRS
 from ..errors import InvalidArgument, UsageError
 from ..types import Task, one_line
-from .rundir import RunDir, atomic_write, check_output, is_inside, write_output, write_tasks
+from .rundir import (
+    RunDir,
+    atomic_write,
+    check_output,
+    is_inside,
+    read_json,
+    write_output,
+    write_tasks,
+)
+from .runinputs import init_inputs
 from .runlock import hold
 from .runspec import make_strategy, spec_split, tree_entry
 
@@ -174,7 +183,7 @@ def init_tree(args: argparse.Namespace, run: RunDir, common: dict[str, Any]) -> 
     """
     source = Path(args.tree)
     _check_source(source, run.path)
-    if os.path.lexists(run.tree_dir) and not (run.spec_file.exists() and run.spec().get("strategy") == "tree"):
+    if os.path.lexists(run.tree_dir) and not _was_tree(run):
         raise UsageError(f"{run.tree_dir}: exists, and {run.path} is not a tree run's directory, so it is not "
                          "replaced; pick a new RUN_DIR")
     where = f"--tree {source}"
@@ -225,12 +234,21 @@ def init_tree(args: argparse.Namespace, run: RunDir, common: dict[str, Any]) -> 
     return 0
 
 
+def _was_tree(run: RunDir) -> bool:
+    """Was ``run`` made by ``init --tree``? Read leniently: ``--force`` replaces a spec a hand broke."""
+    try:
+        return read_json(run.spec_file, "spec.json").get("strategy") == "tree"
+    except UsageError:
+        return False
+
+
 def _write(run: RunDir, staging: Path, spec: dict[str, Any], tasks: Sequence[Task]) -> None:
     old = run.path / f".tree.old-{os.getpid()}-{secrets.token_hex(4)}"
     if os.path.lexists(run.tree_dir):
         os.rename(run.tree_dir, old)
     os.rename(staging, run.tree_dir)
     shutil.rmtree(old, ignore_errors=True)
+    spec["inputs"] = init_inputs(tasks)  # the tests found, as tasks.jsonl holds them
     write_tasks(run.tasks_file, tasks)
     with contextlib.suppress(FileNotFoundError):
         run.test_tasks_file.unlink()  # a --force re-init of a run that had a test set

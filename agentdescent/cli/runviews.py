@@ -1,6 +1,8 @@
 """The command line's read-only commands: ``status``, ``show``, ``eval``, ``export`` and ``report``.
 
-Each reads a run directory (spec, status, rounds, the ledger) and changes nothing in it:
+Each reads a run directory (spec, status, rounds, the ledger, opened read-only:
+``SqliteLedger(read_only=True)``, so a run directory on a read-only mount reads as any
+other) and changes nothing in it:
 ``eval`` calls the run's model on other tasks (on a tree run, runs the run's tests in
 the sandbox instead) and writes only where ``--json`` says, outside the run directory;
 ``export`` and ``report`` write only their output file (a tree run's ``export``, its
@@ -15,6 +17,7 @@ import argparse
 import difflib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +29,11 @@ from ..errors import (
     UsageError,
 )
 from ..types import one_line
+from .diskfull import DISK_FULL
 from .explain import likely_cause, round_lines
 from .report import build_report
 from .rundir import (
+    STOPPED,
     RunDir,
     check_output,
     check_output_dir,
@@ -96,9 +101,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     line = f"state: {state}"
     if state == "running" and status.get("pid"):
         line += f" (pid {status['pid']}" + (f", since {status['since']}" if status.get("since") else "") + ")"
-    problem = ledger_problem(run) if state in ("finished", "failed", "interrupted") else None
+    elif state in STOPPED and status.get("signal"):
+        line += f" ({status['signal']})"
+    elif state == "failed" and status.get("stop_reason") == DISK_FULL:
+        line += f": {DISK_FULL}"  # the error line says where and what to do
+    problem = ledger_problem(run) if state in ("finished", "failed", *STOPPED) else None
     if problem:
         line += f", but ledger.sqlite is {problem[0]}"
+    elif state in STOPPED:
+        line += f"; go on with `agentdescent resume {run.path}`"
     print(line)
     if problem and problem[1]:
         print(f"ledger: {redact(problem[1])}")
@@ -282,6 +293,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     out = Path(args.output) if args.output else run.report_file
     check_output(out, run.path, "-o", force=args.force, allowed=run.report_file)  # its own file is replaced freely
+    if out == run.report_file and run.path.is_dir() and not os.access(run.path, os.W_OK):  # a read-only mount
+        raise UsageError(f"{run.path} is read-only, so its own {out.name} cannot be written there; pass -o "
+                         "FILE.html outside it")
     page = build_report(run)
     write_output(out, page, "-o")
     print(f"wrote {out}")

@@ -111,8 +111,10 @@ class SandboxedReward(Generic[T]):
         return kwargs
 
     def close(self) -> None:
-        """Remove the temporary copy of the project (also done when the object is collected)."""
-        self.project.close()
+        """Remove the temporary copy of the project (also done when the object is collected), and end the
+        runs of its sandbox still going (`Sandbox.stop`): a run given up on, on another thread, leaves nothing."""
+        self.project.close()  # first: a run not yet set up then fails to copy it, instead of starting
+        self.sandbox.stop()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -13,14 +13,19 @@ plainly by `Sandbox.protections`; where Landlock is missing the run degrades (a 
 audit-hook guard, the ``nobody`` user) and says so, and ``require_isolation=True`` refuses
 instead. What a run is given is checked by `agentdescent.code.sandbox_args`.
 
+Every run still going is known: `Sandbox.stop` ends a sandbox's runs (a reward closed, a
+command stopped by a signal), and a process's exit ends those left, so a run on a thread
+given up on (Ctrl-C) leaves neither its root nor its process group behind.
+
 It must not change the state of the engine's own process (no ``unshare``, no rlimit, no
-Landlock outside the launcher), must not let any variable of ``os.environ`` through but
-those four, must not leave a root behind, and knows nothing of tests, junit or file-tree
-strategies (`agentdescent.code`'s other modules build on it).
+Landlock outside the launcher, no signal handler), must not let any variable of
+``os.environ`` through but those four, must not leave a root behind, and knows nothing of
+tests, junit or file-tree strategies (`agentdescent.code`'s other modules build on it).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import math
@@ -32,10 +37,11 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..errors import InvalidArgument, SandboxUnavailable
 from ..types import clip_middle
@@ -314,6 +320,7 @@ class Sandbox:
         if self.require_isolation:
             self._require(here)
         root = os.path.realpath(tempfile.mkdtemp(prefix=_PREFIX))
+        live = _Live.start(self, root)
         try:
             work = os.path.join(root, "work")
             for name in ("home", "tmp"):
@@ -325,9 +332,23 @@ class Sandbox:
             _write_tree(work, files)
             config, variables = self._setup(here, root, limit)
             variables.update(extra)
-            return self._execute(argv, root, work, config, variables, limit, wanted)
+            return self._execute(argv, root, work, config, variables, limit, wanted, live)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+            live.forget()  # after: `_stop_runs` waits for this removal, not races it
+
+    def stop(self) -> int:
+        """End every run of this sandbox still going: kill its process group, remove its root.
+
+        For a caller giving up on its runs (`agentdescent.code.TestSuite.close`, a command
+        stopped by a signal): a run waited for on another thread returns at once, killed
+        (`SandboxRun.signal` is SIGKILL); each killed command is waited for up to ``grace``
+        seconds. A run about to start its command is killed as it starts.
+
+        Returns:
+            How many runs were ended.
+        """
+        return _stop_runs(lambda live: live.sandbox is self)
 
     def _setup(self, here: _Platform, root: str, limit: float) -> tuple[dict, dict[str, str]]:
         """The launcher's config and the command's environment for one run."""
@@ -357,7 +378,7 @@ class Sandbox:
         return config, env
 
     def _execute(self, argv: list[str], root: str, work: str, config: dict, env: dict[str, str],
-                 limit: float, wanted: dict[str, str]) -> SandboxRun:
+                 limit: float, wanted: dict[str, str], live: _Live) -> SandboxRun:
         # Output is read back through these descriptors, never by path: the command may
         # replace the files with links (to the engine's /proc entry, say).
         with open(os.path.join(root, "stdout"), "w+b") as out, open(os.path.join(root, "stderr"), "w+b") as err:
@@ -367,9 +388,11 @@ class Sandbox:
                                     start_new_session=True)
             timed_out = False
             try:
+                live.started(proc)
                 timed_out = not _wait_exit(proc, limit)
             finally:
                 _kill_group(proc.pid)  # on timeout, and stray children after a normal exit
+                live.ended()  # before the reap: once reaped, the group's id may be another's
                 with contextlib.suppress(subprocess.TimeoutExpired):  # stuck in the kernel: give up
                     proc.wait(timeout=self.grace if timed_out else None)
             seconds = time.monotonic() - start
@@ -386,6 +409,67 @@ class Sandbox:
     def _cpu(self, limit: float) -> float:
         """The CPU-time limit of a run whose wall-clock limit is ``limit``."""
         return self.cpu_seconds if self.cpu_seconds is not None else math.ceil(limit + self.grace)
+
+
+# --------------------------------------------------------------------------- the runs still going
+
+
+class _Live:
+    """One run still going: its sandbox, root and command; `_stop_runs` ends it from any thread."""
+
+    lock = threading.Lock()
+    runs: set[_Live] = set()
+
+    def __init__(self, sandbox: Sandbox, root: str) -> None:
+        self.sandbox, self.root, self.stopped = sandbox, root, False
+        self.proc: subprocess.Popen | None = None  # its command, until reaped
+        self.done = threading.Event()  # its thread has cleaned up
+
+    @classmethod
+    def start(cls, sandbox: Sandbox, root: str) -> _Live:
+        live = cls(sandbox, root)
+        with cls.lock:
+            cls.runs.add(live)
+        return live
+
+    def started(self, proc: subprocess.Popen | None) -> None:
+        with self.lock:
+            self.proc = proc
+            if proc is not None and self.stopped:  # stopped while it was being set up
+                _kill_group(proc.pid)
+
+    def ended(self) -> None:
+        self.started(None)
+
+    def forget(self) -> None:
+        with self.lock:
+            self.runs.discard(self)
+        self.done.set()
+
+
+def _stop_runs(which: Any) -> int:
+    """Kill the group of each run ``which(live)`` picks; let its thread reap it and clean up within the grace."""
+    with _Live.lock:
+        runs = [live for live in _Live.runs if which(live) and not live.stopped]
+        for live in runs:
+            live.stopped = True
+            if live.proc is not None:  # not reaped yet: the group's id is still its own
+                _kill_group(live.proc.pid)
+    for live in runs:
+        live.done.wait(live.sandbox.grace)
+        shutil.rmtree(live.root, ignore_errors=True)  # what its thread, stuck or frozen, did not remove
+    return len(runs)
+
+
+def _forget_parents_runs() -> None:
+    """In a forked child: the parent's runs are the parent's to end."""
+    _Live.lock = threading.Lock()
+    _Live.runs = set()
+
+
+atexit.register(_stop_runs, lambda live: True)  # a run left on a daemon thread ends with the process
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parents_runs)
 
 
 # --------------------------------------------------------------------------- process helpers

@@ -8,7 +8,9 @@ keyword arguments are these fields: `RunConfig.from_keywords` routes each flat k
 (``rounds=``, ``held_out_frac=``...) to its family, and `engine_signature` writes the
 engines' signatures from the same fields, so a default lives in exactly one place.
 
-It must not open a ledger, start a thread or call anything the user passed.
+It must not open a ledger, start a thread or call anything the user passed, but for one
+reading of the clock (`agentdescent.clock.as_clock` refuses a clock that does not tell the time
+before the run starts).
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ class RunConfig:
         initial_state: the starting state (default ``strategy.initial()``); ignored when
             the ledger already holds the artifact (resume).
         blast_radius: in [0, 1]; above 0.30 the artifact is slow (L1, oracle-gated).
-        artifact_id: the artifact's id in the ledger (reserved ids are refused).
+        artifact_id: the artifact's id in the ledger (reserved ids, and ids holding a
+            control character, are refused).
         seed: seeds the task order, the split, the cheap subset and every decision's order.
         self_verify: re-run the proposing task on the patched artifact before merging.
         staleness_policy: a `agentdescent.merge.staleness.StalenessPolicy` or its name (default
@@ -115,7 +118,8 @@ class RunConfig:
         progress: show a progress bar.
         clock: the time source for every deadline and wait (default real time;
             `agentdescent.testing.ManualClock` in tests): a `agentdescent.clock.Clock`, or a
-            ``() -> float`` function of real-time seconds.
+            ``() -> float`` function of real-time seconds. It is read once here: one whose
+            ``now()`` is not a finite real number is refused.
         resume: on a ledger that holds this run's saved progress, continue it (round
             numbering, spend, history, counters, stop-rule, allocator and task-order
             state); False starts the counters over on the same artifact head.
@@ -202,7 +206,7 @@ class RunConfig:
                 f"test_tasks: {len(clash)} test task(s) are also run tasks ({clash[0]!r}...): a test set "
                 "holds tasks the run never uses for a decision; take them out of tasks"
             )
-        check_text(self.artifact_id, "artifact_id", hint="the artifact's id in the ledger")
+        check_text(self.artifact_id, "artifact_id", hint="the artifact's id in the ledger", identifier=True)
         check_fraction(self.blast_radius, "blast_radius", hint="above 0.30 the artifact is slow (L1)")
         if not is_int(self.seed):
             raise InvalidArgumentType(f"seed={self.seed!r}: use an int")

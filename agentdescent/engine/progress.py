@@ -302,14 +302,23 @@ class ProgressStore:
 
     def save(self, state: Mapping[str, Any], history: list[RoundInfo]) -> None:
         """Save ``state`` and the rounds of ``history`` not saved yet (and the last saved one again:
-        the run's end adds the tokens of work abandoned at the stop to the last round)."""
-        self._lease("renew_lease")  # raises LedgerBusy if another driver took the artifact over
-        if not self.enabled:
-            return
-        new_rounds = [h.to_json() for h in history[max(0, self._rounds_saved - 1):]]
-        # round_count lets a load tell a lost last round from a run that did not get further.
-        self.ledger.save_run_state(self.run_id, {"format": RUN_STATE_FORMAT, **state, "holders": self._holders,
-                                                 "round_count": len(history)}, new_rounds)
+        the run's end adds the tokens of work abandoned at the stop to the last round).
+
+        The lease is renewed in the same block of writes as the save, so a driver whose lease
+        was taken over never saves over the taker's progress.
+
+        Raises:
+            LedgerBusy: the run's lease was lost (another driver took it over, and may have
+                released it since); nothing was saved.
+        """
+        with self.ledger.atomic():
+            self._lease("renew_lease")
+            if not self.enabled:
+                return
+            new_rounds = [h.to_json() for h in history[max(0, self._rounds_saved - 1):]]
+            # round_count lets a load tell a lost last round from a run that did not get further.
+            self.ledger.save_run_state(self.run_id, {"format": RUN_STATE_FORMAT, **state, "holders": self._holders,
+                                                     "round_count": len(history)}, new_rounds)
         self._rounds_saved = len(history)
 
 

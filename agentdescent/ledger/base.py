@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from ..errors import CASConflict, InvalidArgument, InvalidArgumentType, LedgerError
 from ..seams import Seam
+from ..validation import control_character
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "CASConflict", "Ledger", "LedgerEntry"]
 
@@ -151,7 +152,11 @@ class Ledger(Seam):
     def load_run_state(self, run_id: str) -> dict[str, Any] | None:
         """The run's saved progress with ``"history"`` (its rounds in index order), or None.
 
-        Optional: the default (for a ledger that keeps no progress) is None.
+        Optional: the default (for a ledger that keeps no progress) is None. A ledger that
+        persists progress where something else can change it must refuse what was changed
+        (`agentdescent.errors.RunStateDamaged`) rather than hand it back: a resumed run
+        trusts it. `agentdescent.ledger.SqliteLedger` checks each saved row against its
+        digest; `agentdescent.testing.RunStateConformance` checks the rule.
         """
         return None
 
@@ -177,7 +182,14 @@ class Ledger(Seam):
 # --------------------------------------------------------------------------- validation
 
 
-def _check_artifact_id(artifact_id: object) -> str:
+def _check_artifact_id(artifact_id: object, *, writing: bool = False) -> str:
+    """The artifact id both ledgers accept: a non-empty str that encodes as UTF-8.
+
+    ``writing`` (``register`` and ``commit``) refuses a control character too (a NUL, a
+    newline...: `agentdescent.validation.control_character`), so no new artifact or
+    version is stored under one; the reads accept it, so an artifact an older agentdescent
+    stored under such an id can still be read back (and salvaged).
+    """
     if not isinstance(artifact_id, str) or not artifact_id:
         raise InvalidArgument(
             f"artifact_id={artifact_id!r}: an artifact id must be a non-empty str "
@@ -191,7 +203,25 @@ def _check_artifact_id(artifact_id: object) -> str:
             "can store; use an id that encodes as UTF-8 (agentdescent.types.sanitize_text "
             "cleans one)"
         ) from None
+    control = control_character(artifact_id) if writing else None
+    if control is not None:
+        raise InvalidArgument(
+            f"artifact_id={artifact_id!r}: holds the control character {control!r} (at position "
+            f"{artifact_id.index(control)}); an artifact id names run directories, log lines and "
+            "ledger rows, so it is refused: use printable text (for example 'artifact' or 'skill:router')"
+        )
     return artifact_id
+
+
+def _text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as a state key or value (a lone surrogate), or None."""
+    if text.isascii():  # the fast path: ASCII always encodes
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate ({text[exc.start]!r} at position {exc.start})"
+    return None
 
 
 def _check_state(artifact_id: str, state: object, what: str = "state") -> dict[str, str]:
@@ -213,6 +243,18 @@ def _check_state(artifact_id: str, state: object, what: str = "state") -> dict[s
                 f"{what} for artifact {artifact_id!r}: key {key!r} holds a "
                 f"{type(value).__name__} value; values must be str (serialise it first)"
             )
+        for part, text in (("key", key), ("value", value)):
+            problem = _text_problem(text)
+            if problem is not None:
+                # JSON would escape it, but the text cannot be encoded as UTF-8: rendering the
+                # artifact for a model, hashing it or writing it to a file would fail later.
+                shown = f"key {key!r:.60}" if part == "key" else f"the value of key {key!r:.60}"
+                raise InvalidArgument(
+                    f"{what} for artifact {artifact_id!r}: {shown} holds {problem}, which cannot be "
+                    "encoded as UTF-8 (a rendered prompt, a file or a hash of the artifact would "
+                    "fail on it); nothing was written. Clean the text first "
+                    "(agentdescent.types.sanitize_text replaces lone surrogates with U+FFFD)"
+                )
         copy[key] = value
     return copy
 

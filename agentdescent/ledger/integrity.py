@@ -1,10 +1,12 @@
-"""What makes damage to a ledger file visible: the digest chain over versions and the open-time check.
+"""What makes damage to a ledger file visible: the digest chain over versions, the open-time check, the run-state digests.
 
 This module owns `version_digest` (each version row's digest covers its artifact id, its
 number, its state, its audit record and its parent's digest, so a changed, replaced or
-re-inserted row breaks the chain), `HistoryCheck` (the problems found in a stream of
-version rows read in ``(artifact_id, version)`` order, and in each artifact's head
-pointer and blast radius), `head_problem` (the same rules for one head, in O(1), for a
+re-inserted row breaks the chain), `run_state_digest` and `round_digest` (each row of a
+run's saved progress carries a digest of its run id, its round number and its JSON text,
+checked by `run_state_problems` when the progress is read back), `HistoryCheck` (the
+problems found in a stream of version rows read in ``(artifact_id, version)`` order, and
+in each artifact's head pointer and blast radius), `head_problem` (the same rules for one head, in O(1), for a
 commit), `chain` (the digests a schema-1 file is upgraded with), and the `LedgerCorrupted`
 errors that name what is wrong with the way to salvage (a damaged history, a damaged row,
 an empty or truncated file). It runs no SQL (`agentdescent.ledger.sqlite` reads the rows
@@ -27,7 +29,8 @@ from typing import Any
 from ..errors import LedgerCorrupted
 from .base import _MAX_LISTED_PROBLEMS, _parse_meta, _parse_state
 
-__all__ = ["HistoryCheck", "Pointer", "chain", "head_problem", "history_error", "version_digest"]
+__all__ = ["HistoryCheck", "Pointer", "chain", "head_problem", "history_error", "round_digest",
+           "run_state_digest", "run_state_problems", "stored_text", "version_digest"]
 
 #: The parent digest of version 1: the chain starts at registration.
 ROOT_DIGEST = ""
@@ -43,13 +46,91 @@ def version_digest(artifact_id: object, version: object, parent: object, state_j
     one field to the next. A value that is not text (a damaged row) is hashed by its
     ``repr``, so a damaged row still gets a digest, never an exception.
     """
-    h = hashlib.blake2b(digest_size=16, person=b"agentdescent-v2")
-    for part in (artifact_id, version, parent, state_json, meta_json):
+    return _digest(b"agentdescent-v2", (artifact_id, version, parent, state_json, meta_json))
+
+
+def _digest(person: bytes, parts: Iterable[object]) -> str:
+    h = hashlib.blake2b(digest_size=16, person=person)
+    for part in parts:
         text = part if isinstance(part, str) else repr(part)
         data = text.encode("utf-8", "surrogatepass")
         h.update(len(data).to_bytes(8, "big"))
         h.update(data)
     return h.hexdigest()
+
+
+#: The digest of a run-state row saved before run state had digests: not yet covered.
+UNCOVERED = ""
+
+_RUN_PERSON = b"agentdescent-run"
+
+
+def run_state_digest(run_id: object, state_json: object) -> str:
+    """The digest of a run's saved state row (blake2b-128, hex): its run id and its JSON text.
+
+    Length-prefixed like `version_digest`, under another personalisation, so no run-state
+    row can pass for a version row or a round row (the first part says which it is).
+    """
+    return _digest(_RUN_PERSON, ("state", run_id, state_json))
+
+
+def round_digest(run_id: object, index: object, round_json: object) -> str:
+    """The digest of one saved round row (blake2b-128, hex): its run id, its round number, its JSON text.
+
+    The number is covered, so a round moved to another index (or another run) does not
+    match its digest either.
+    """
+    return _digest(_RUN_PERSON, ("round", run_id, index, round_json))
+
+
+def stored_text(raw: object) -> str | None:
+    """A JSON column read as bytes (``CAST(... AS BLOB)``) as text; None when it is not UTF-8.
+
+    Reading the bytes keeps a flipped bit that breaks the UTF-8 encoding a named damage
+    (`run_state_problems`) instead of sqlite3's "Could not decode to UTF-8" error.
+    """
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return raw if isinstance(raw, str) else None
+
+
+def run_state_problems(run_id: str, state: tuple[str | None, object] | None,
+                       rounds: Iterable[tuple[object, str | None, object]]) -> list[str]:
+    """What is wrong with a run's saved rows by their digests, one line each (empty: nothing found).
+
+    A row whose digest is `UNCOVERED` (saved by an agentdescent before run state had
+    digests) is not yet covered and is not checked here (its JSON still is, when it is
+    parsed); every save covers the rows of its run (`agentdescent.ledger.sqlite`).
+
+    Args:
+        run_id: the run.
+        state: its ``run_state`` row as ``(text, digest)`` (text None: not UTF-8), or None.
+        rounds: its ``run_rounds`` rows as ``(index, text, digest)``.
+    """
+    problems: list[str] = []
+    if state is not None:
+        text, digest = state
+        if text is None:
+            problems.append("its saved state is not UTF-8 text (a flipped bit, or bytes written outside "
+                            "agentdescent)")
+        elif digest != UNCOVERED and digest != run_state_digest(run_id, text):
+            problems.append("its saved state does not match its digest: it was changed outside "
+                            "agentdescent (a flipped bit, or a hand edit)")
+    unreadable, altered = [], []
+    for index, text, digest in rounds:
+        if text is None:
+            unreadable.append(str(index))
+        elif digest != UNCOVERED and digest != round_digest(run_id, index, text):
+            altered.append(str(index))
+    if unreadable:
+        problems.append(f"saved round(s) {', '.join(unreadable)} are not UTF-8 text")
+    if altered:
+        problems.append(f"saved round(s) {', '.join(altered)} do not match their digests: changed outside "
+                        "agentdescent (a flipped bit, or a hand edit)")
+    return problems
 
 
 @dataclass(frozen=True)

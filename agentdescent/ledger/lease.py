@@ -1,17 +1,20 @@
 """The driver lease: one live driver per (ledger file, artifact), or several that said they share it.
 
-This module owns the ``leases`` table of a ledger file and its rules: who a driver is
-(`holder_id`: ``host:pid:start time``), when a lease row's holder is gone (`holder_gone`:
-the same host and its process is dead, or its heartbeat is older than the expiry), how a
-lease is taken (`acquire`: refused with `LedgerBusy` while a live holder conflicts, taken
-over when the holder is gone), renewed (`renew`) and released (`release`), and the timer
-that renews a driver's leases (`Heartbeat`). A row keyed by run id ``""`` is an unshared
-driver's and conflicts with every other holder; a row with a run id is a sharing driver's
-and conflicts only with an unshared holder or another holder of the same run id.
+This module owns the ``leases`` and ``lease_takeovers`` tables of a ledger file and their
+rules: who a driver is (`holder_id`: ``host:pid:start time``), when a lease row's holder is
+gone (`holder_gone`: the same host and its process is dead, or its heartbeat is older than
+the expiry), how a lease is taken (`acquire`: refused with `LedgerBusy` while a live holder
+conflicts, taken over when the holder is gone, with a note of the takeover for the holder
+displaced), renewed (`renew`: refused with `LedgerBusy` once the lease is no longer this
+process's, whether another holder has its row or the row is gone; a lost lease is never
+taken back) and released (`release`), and the timer that renews a driver's leases
+(`Heartbeat`). A row keyed by run id ``""`` is an unshared driver's and conflicts with
+every other holder; a row with a run id is a sharing driver's and conflicts only with an
+unshared holder or another holder of the same run id.
 
-The table is made on first use (``CREATE TABLE IF NOT EXISTS``), so the file's schema
+The tables are made on first use (``CREATE TABLE IF NOT EXISTS``), so the file's schema
 number does not change and an older agentdescent still opens the file (it ignores the
-table, and so the lease). It must not read the clock except to stamp and age heartbeats,
+tables, and so the lease). It must not read the clock except to stamp and age heartbeats,
 and must not touch the artifacts' versions or the saved progress.
 """
 
@@ -52,6 +55,19 @@ _CREATE = (
     " acquired_at REAL NOT NULL,"
     " heartbeat REAL NOT NULL,"
     " PRIMARY KEY (artifact_id, run_id))"
+)
+# One note per displaced holder: who took its row over, so its next renewal can name the taker.
+_CREATE_TAKEOVERS = (
+    "CREATE TABLE IF NOT EXISTS lease_takeovers ("
+    " artifact_id TEXT NOT NULL,"
+    " run_id TEXT NOT NULL,"
+    " holder TEXT NOT NULL,"
+    " taken_by TEXT NOT NULL,"
+    " host TEXT NOT NULL,"
+    " pid INTEGER NOT NULL,"
+    " taken_at REAL NOT NULL,"
+    " why TEXT NOT NULL,"
+    " PRIMARY KEY (artifact_id, run_id, holder))"
 )
 
 
@@ -119,6 +135,7 @@ def holder_gone(row: LeaseRow, now: float, expiry: float) -> str | None:
 
 def _ensure(conn: sqlite3.Connection) -> None:
     conn.execute(_CREATE)
+    conn.execute(_CREATE_TAKEOVERS)
 
 
 def holders(conn: sqlite3.Connection, artifact_id: str) -> list[LeaseRow]:
@@ -138,8 +155,9 @@ def _conflicts(row: LeaseRow, run_id: str) -> bool:
 def acquire(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str, expiry: float) -> list[str]:
     """Take the lease on ``artifact_id`` for ``run_id`` (``""``: unshared) inside the caller's write transaction.
 
-    Rows whose holder is gone are taken over (deleted); the names of those taken over
-    are returned, for the log. This process already holding the row is not a conflict.
+    Rows whose holder is gone are taken over (deleted, leaving a note in ``lease_takeovers``
+    for the displaced holder's next renewal); the names of those taken over are returned,
+    for the log. This process already holding the row is not a conflict.
 
     Raises:
         LedgerBusy: a live holder conflicts (an unshared driver conflicts with every
@@ -156,7 +174,14 @@ def acquire(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str, 
         if gone is None:
             raise _busy(path, artifact_id, run_id, row, now)
         conn.execute("DELETE FROM leases WHERE artifact_id = ? AND run_id = ?", (artifact_id, row.run_id))
+        conn.execute(
+            "INSERT OR REPLACE INTO lease_takeovers (artifact_id, run_id, holder, taken_by, host, pid, taken_at,"
+            " why) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (artifact_id, row.run_id, row.holder, me, _HOST, os.getpid(), now, gone))
         taken_over.append(f"{row.describe(now)}: {gone}")
+    # A fresh hold: a note about an earlier takeover of this process's row is history now.
+    conn.execute("DELETE FROM lease_takeovers WHERE artifact_id = ? AND run_id = ? AND holder = ?",
+                 (artifact_id, run_id, me))
     conn.execute(
         "INSERT INTO leases (artifact_id, run_id, holder, host, pid, acquired_at, heartbeat)"
         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(artifact_id, run_id) DO UPDATE SET"
@@ -189,36 +214,68 @@ def _busy(path: str, artifact_id: str, run_id: str, row: LeaseRow, now: float) -
 def renew(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str) -> None:
     """Stamp this process's heartbeat on its lease, inside the caller's write transaction.
 
+    A lease that is no longer this process's is never taken back: not when another holder
+    has it, and not when its row is gone (a driver took it over after this one's heartbeat
+    expired, then finished and released it). Re-inserting the row would let this driver
+    commit and save over the work of the driver that took over.
+
     Raises:
-        LedgerBusy: the lease is no longer this process's (it was taken over after its
-            heartbeat expired); nothing was written.
+        LedgerBusy: the lease is no longer this process's (another holder has its row, or
+            the row is gone); nothing was written. The message names the driver that took
+            it over when the file has a note of the takeover.
     """
     _ensure(conn)
     now = time.time()
+    me = holder_id()
     row = next((r for r in holders(conn, artifact_id) if r.run_id == run_id), None)
-    if row is not None and row.holder != holder_id():
-        raise LedgerBusy(
+    if row is not None and row.holder == me:
+        conn.execute("UPDATE leases SET heartbeat = ? WHERE artifact_id = ? AND run_id = ?",
+                     (now, artifact_id, run_id))
+        return
+    raise _lost(conn, path, artifact_id, run_id, row, now)
+
+
+def _lost(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str, row: LeaseRow | None,
+          now: float) -> LedgerBusy:
+    """The `LedgerBusy` of a driver whose lease is not its own any more (``row``: the current holder's, or None)."""
+    fix = ("this driver stops and writes nothing more, so the two never overwrite each other's commits or "
+           "saved progress. To go on, start the run again once the other driver is done (evolve(..., "
+           "ledger=path) resumes the saved progress, which is that driver's now); raise "
+           "SqliteLedger(lease_seconds=...) if a driver pauses for long (a stopped or suspended process, an "
+           "overloaded machine); or give each driver its own run id to run them side by side")
+    if row is not None:
+        return LedgerBusy(
             f"ledger file {path!r}: the lease on artifact {artifact_id!r} was taken over by "
-            f"{row.describe(now)} after this driver's heartbeat expired; this driver stops "
-            "saving so the two never overwrite each other's progress. Give each driver its own "
-            "run id, or raise SqliteLedger(lease_seconds=...) if this driver pauses for long",
+            f"{row.describe(now)} after this driver's heartbeat expired; {fix}",
             path=path, artifact_id=artifact_id, holder=row.holder, pid=row.pid, host=row.host,
             run_id=row.run_id,
         )
-    if row is None:
-        conn.execute(
-            "INSERT INTO leases (artifact_id, run_id, holder, host, pid, acquired_at, heartbeat)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)", (artifact_id, run_id, holder_id(), _HOST, os.getpid(), now, now))
-    else:
-        conn.execute("UPDATE leases SET heartbeat = ? WHERE artifact_id = ? AND run_id = ?",
-                     (now, artifact_id, run_id))
+    note = conn.execute(
+        "SELECT taken_by, host, pid, taken_at, why FROM lease_takeovers"
+        " WHERE artifact_id = ? AND run_id = ? AND holder = ?", (artifact_id, run_id, holder_id())).fetchone()
+    if note is None:
+        return LedgerBusy(
+            f"ledger file {path!r}: this driver's lease on artifact {artifact_id!r} is gone: its row in the "
+            "leases table was deleted with no note of a takeover (by hand, or by an older agentdescent "
+            f"taking it over); {fix}",
+            path=path, artifact_id=artifact_id, run_id=run_id,
+        )
+    taken_by, host, pid, taken_at, why = note
+    return LedgerBusy(
+        f"ledger file {path!r}: the lease on artifact {artifact_id!r} was taken over by holder {taken_by} "
+        f"(pid {pid} on {host}) {max(0.0, now - taken_at):.1f} s ago, which found this driver gone ({why}) "
+        f"and has released the lease since; {fix}",
+        path=path, artifact_id=artifact_id, holder=taken_by, pid=pid, host=host, run_id=run_id,
+    )
 
 
 def release(conn: sqlite3.Connection, artifact_id: str, run_id: str) -> None:
-    """Drop this process's lease on ``artifact_id`` for ``run_id`` (another holder's row is left alone)."""
+    """Drop this process's lease on ``artifact_id`` for ``run_id`` (another holder's row is left alone),
+    and any note of its having been taken over (this driver has stopped)."""
     _ensure(conn)
-    conn.execute("DELETE FROM leases WHERE artifact_id = ? AND run_id = ? AND holder = ?",
-                 (artifact_id, run_id, holder_id()))
+    for table in ("leases", "lease_takeovers"):
+        conn.execute(f"DELETE FROM {table} WHERE artifact_id = ? AND run_id = ? AND holder = ?",
+                     (artifact_id, run_id, holder_id()))
 
 
 class Heartbeat:
@@ -261,6 +318,10 @@ class LeaseHolder:
     ``close`` releases what it still holds. One process is one holder: a second hold from
     the same process (another ledger object, a second run after the first) is counted and
     the row is dropped with the last release.
+
+    A lease found lost (by a save, a commit through `check_lease`, or the heartbeat) stays
+    lost for this object until it is released: every later write on the artifact raises
+    the same `LedgerBusy`, and the heartbeat stops renewing it.
     """
 
     _path: object
@@ -274,6 +335,7 @@ class LeaseHolder:
         self._leased: set[str] = set()
         self._lease_lock = threading.Lock()
         self._heartbeat: Heartbeat | None = None
+        self._lost: dict[str, LedgerBusy] = {}  # artifact -> the LedgerBusy that found its lease lost
 
     @property
     def run_id(self) -> str | None:
@@ -312,6 +374,7 @@ class LeaseHolder:
                 taken = acquire(conn, str(self._path), artifact_id, self._run_id or "", self._lease_seconds)
             for line in taken:
                 logger.warning("ledger file %s: took over the lease on %r from %s", self._path, artifact_id, line)
+            self._lost.pop(artifact_id, None)
             self._leased.add(artifact_id)
             with _HELD_LOCK:
                 _HELD[self._key(artifact_id)] = _HELD.get(self._key(artifact_id), 0) + 1
@@ -320,18 +383,48 @@ class LeaseHolder:
 
     def _beat(self) -> None:
         for artifact_id in sorted(self._leased):
-            self.renew_lease(artifact_id)
+            if artifact_id in self._lost:
+                continue  # lost for good: the driver's next write raises; nothing to renew
+            try:
+                self.renew_lease(artifact_id)
+            except LedgerBusy as exc:
+                if artifact_id in self._leased:  # not released in the meantime
+                    logger.warning("ledger file %s: lost the lease on %r; the driver stops at its next write: %s",
+                                   self._path, artifact_id, exc)
+
+    def check_lease(self, conn: sqlite3.Connection, artifact_id: str) -> None:
+        """Inside the caller's write transaction: renew this driver's lease on ``artifact_id``, or
+        raise if it was lost (a no-op when this object holds no lease on it).
+
+        The ledger's ``commit`` calls it in the commit's own transaction, so a driver that lost
+        its lease never commits, however long ago its last save was.
+
+        Raises:
+            LedgerBusy: the lease is no longer this driver's (see `renew`); nothing was written.
+        """
+        if artifact_id not in self._leased:
+            return
+        lost = self._lost.get(artifact_id)
+        if lost is not None:
+            raise lost.with_traceback(None)
+        try:
+            renew(conn, str(self._path), artifact_id, self._run_id or "")
+        except LedgerBusy as exc:
+            if artifact_id in self._leased:
+                self._lost[artifact_id] = exc
+            raise
 
     def renew_lease(self, artifact_id: str) -> None:
         """Renew this driver's heartbeat on ``artifact_id`` (a no-op when it holds no lease on it).
 
         Raises:
-            LedgerBusy: the lease was taken over by another driver.
+            LedgerBusy: the lease was lost: another driver took it over (and may have released
+                it since); a lost lease is never taken back.
         """
         if artifact_id not in self._leased:
             return
         with self._write(f"renewing the lease on {artifact_id!r}") as conn:  # type: ignore[attr-defined]
-            renew(conn, str(self._path), artifact_id, self._run_id or "")
+            self.check_lease(conn, artifact_id)
 
     def release_lease(self, artifact_id: str) -> None:
         """Release this driver's lease on ``artifact_id`` (kept while another hold of this process remains)."""
@@ -339,6 +432,7 @@ class LeaseHolder:
             if artifact_id not in self._leased:
                 return
             self._leased.discard(artifact_id)
+            self._lost.pop(artifact_id, None)
             if not self._leased and self._heartbeat is not None:
                 self._heartbeat.stop()
                 self._heartbeat = None

@@ -93,10 +93,12 @@ class MemoryLedger(Ledger):
             blast_radius: in [0, 1]; governance classifies the artifact by it.
 
         Raises:
-            ContractError: an empty id or a blast radius outside [0, 1] (a ``ValueError``).
+            ContractError: an empty id, an id holding a lone surrogate or a control character,
+                a state key or value holding a lone surrogate, or a blast radius outside
+                [0, 1] (a ``ValueError``).
             TypeError: a state key or value that is not a str.
         """
-        _check_artifact_id(artifact_id)
+        _check_artifact_id(artifact_id, writing=True)
         copy = _check_state(artifact_id, state)
         radius = _check_blast_radius(artifact_id, blast_radius)
         with self._lock:
@@ -143,9 +145,11 @@ class MemoryLedger(Ledger):
         Raises:
             CASConflict: the head is not ``base_version``; nothing was written.
             LedgerError: ``artifact_id`` was never registered.
+            InvalidArgument: ``meta`` holds NaN or an infinity, the id a control character,
+                or a state key or value a lone surrogate.
             TypeError: a bad state, base version or meta.
         """
-        _check_artifact_id(artifact_id)
+        _check_artifact_id(artifact_id, writing=True)
         copy = _check_state(artifact_id, new_state, "new_state")
         base = _check_base_version(artifact_id, base_version)
         meta_copy = json.loads(_meta_json(artifact_id, meta))

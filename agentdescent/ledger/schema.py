@@ -6,7 +6,11 @@ helpers (``_conn``, ``_translate``, ``_write``, ``_path``, ``_check_history_on_o
 A file that is not a sound ledger is refused before anything in it is changed: another
 application's database, a newer schema (`LedgerTooNew`), an empty or damaged file, a
 broken history (`LedgerCorrupted`). A schema-1 file that passes its check is upgraded in
-one transaction. It must not read or write versions for a run: `SqliteLedger` does.
+one transaction. A read-only open (``_read_only``) runs the same checks and changes nothing:
+no new file, no WAL switch, no tables, no upgrade. The run-state tables of a file made
+before run state had digests get their ``digest`` columns at the first save, not on open
+(``_run_digests``), and a save records the digests of its run's rows that have none yet
+(``_cover_run``). It must not read or write versions for a run: `SqliteLedger` does.
 """
 
 from __future__ import annotations
@@ -22,7 +26,17 @@ from typing import Any
 
 from ..errors import LedgerError, LedgerTooNew
 from .base import SCHEMA, SCHEMA_VERSION
-from .integrity import HistoryCheck, Pointer, chain, empty_file_error, history_error
+from .connection import read_only_mode
+from .integrity import (
+    UNCOVERED,
+    HistoryCheck,
+    Pointer,
+    chain,
+    empty_file_error,
+    history_error,
+    round_digest,
+    stored_text,
+)
 
 __all__ = ["SchemaKeeper"]
 
@@ -51,12 +65,22 @@ _CREATE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS run_state ("
     " run_id TEXT PRIMARY KEY,"
     " state_json TEXT NOT NULL,"
-    " updated_at REAL NOT NULL)",
+    " updated_at REAL NOT NULL,"
+    " digest TEXT NOT NULL DEFAULT '')",
     "CREATE TABLE IF NOT EXISTS run_rounds ("
     " run_id TEXT NOT NULL,"
     " idx INTEGER NOT NULL,"
     " round_json TEXT NOT NULL,"
+    " digest TEXT NOT NULL DEFAULT '',"
     " PRIMARY KEY (run_id, idx))",
+)
+
+# The digests of a run's saved progress (`integrity.run_state_digest`, `integrity.round_digest`),
+# added to the run-state tables of an older file at its first save. The schema stays 2: an
+# older agentdescent writes these tables without them (its rows read as not yet covered).
+_RUN_DIGEST_COLUMNS = (
+    ("run_state", "ALTER TABLE run_state ADD COLUMN digest TEXT NOT NULL DEFAULT ''"),
+    ("run_rounds", "ALTER TABLE run_rounds ADD COLUMN digest TEXT NOT NULL DEFAULT ''"),
 )
 
 # Schema 1 -> 2: the head pointer and the chain's columns (filled in by _upgrade).
@@ -77,8 +101,16 @@ class SchemaKeeper:
 
     _path: Any
     _check_history_on_open: bool
+    _read_only: bool
+    _ro_mode: str | None
+    #: The run-state tables are known to have their digest columns (they are never dropped).
+    _run_digests_ready: bool = False
 
     def _init_schema(self) -> None:
+        self._runs_covered: set[str] = set()  # runs whose saved rounds this object gave digests
+        if self._read_only:
+            self._open_read_only()
+            return
         if not os.path.lexists(self._path):
             self._create_new()
         self._check_not_empty()
@@ -110,6 +142,31 @@ class SchemaKeeper:
                     logger.info("created ledger %s (%s)", self._path, SCHEMA)
             return
         self._upgrade()
+
+    def _open_read_only(self) -> None:
+        """Check an existing file as `_init_schema` does, writing nothing; refuse what only a write could open."""
+        path = str(self._path)
+        if not os.path.lexists(self._path):
+            raise LedgerError(f"ledger file {path!r}: no such file; a read-only open (read_only=True) never "
+                              "creates one; give the path of an existing ledger")
+        self._check_not_empty()
+        self._ro_mode = read_only_mode(self._path)
+        conn = self._conn()
+        with self._translate("reading the file"):
+            schema = self._schema_of(conn)
+        if schema is None:
+            raise LedgerError(f"ledger file {path!r}: a SQLite database with no tables, not a ledger yet; a "
+                              "read-only open (read_only=True) does not make it one")
+        if schema < SCHEMA_VERSION:
+            raise LedgerError(
+                f"ledger file {path!r} is of schema {schema} (written before the digest chain), which is "
+                f"upgraded to schema {SCHEMA_VERSION} in place on its first open for writing; a read-only "
+                "open never upgrades it. Open it once for writing (python -c \"import agentdescent; "
+                f"agentdescent.SqliteLedger({path!r}).close()\"), then read it. The file was not changed")
+        if self._check_history_on_open:
+            with self._translate("checking the ledger history"):
+                self._check_history(conn, chained=True)
+        logger.debug("ledger %s opened read-only (%s)", self._path, self._ro_mode)
 
     @staticmethod
     def _create_tables(conn: sqlite3.Connection) -> None:
@@ -228,6 +285,44 @@ class SchemaKeeper:
             raise history_error(str(self._path), problems)
         logger.debug("ledger %s: history checked, %d versions of %d artifacts", self._path,
                      check.rows_seen, len(check.registered))
+
+    def _run_digests(self, conn: sqlite3.Connection, *, add: bool) -> bool:
+        """Whether the run-state tables have their ``digest`` columns; ``add`` (inside a write) adds them.
+
+        Only a reading that finds them is remembered: columns added inside a write that is
+        then rolled back are looked for again.
+        """
+        if self._run_digests_ready:
+            return True
+        missing = [(table, statement) for table, statement in _RUN_DIGEST_COLUMNS
+                   if "digest" not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}]
+        if not missing:
+            self._run_digests_ready = True
+            return True
+        if add:
+            for _, statement in missing:
+                conn.execute(statement)
+            logger.info("ledger %s: added the digest columns of the run-state tables", self._path)
+        return add
+
+    def _cover_run(self, conn: sqlite3.Connection, run_id: str) -> None:
+        """Give the saved rounds of ``run_id`` that have no digest yet (saved before digests) theirs.
+
+        Once per run per ledger object, inside the save's write (the state row is rewritten,
+        with its digest, by every save). A round that is not UTF-8 text gets no digest: a
+        load reports it.
+        """
+        if run_id in self._runs_covered:
+            return
+        rows = conn.execute("SELECT idx, CAST(round_json AS BLOB) FROM run_rounds WHERE run_id = ? AND digest = ?",
+                            (run_id, UNCOVERED)).fetchall()
+        updates = [(round_digest(run_id, idx, text), run_id, idx)
+                   for idx, raw in rows if (text := stored_text(raw)) is not None]
+        conn.executemany("UPDATE run_rounds SET digest = ? WHERE run_id = ? AND idx = ?", updates)
+        if updates:
+            logger.info("ledger %s: recorded the digests of %d saved round(s) of run %r", self._path,
+                        len(updates), run_id)
+        self._runs_covered.add(run_id)
 
     def _upgrade(self) -> None:
         """Schema 1 -> 2 in one transaction: the chain over every stored row, the head pointers, the marker."""

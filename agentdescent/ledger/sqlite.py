@@ -4,7 +4,8 @@ This module owns the on-disk format of a persisted run: artifact versions (a ver
 once written, is never rewritten: ``commit`` appends ``base_version + 1`` only if the head
 is still ``base_version``, so two writers can never both win the same version), each
 artifact's head pointer and the digest chain over its versions (`agentdescent.ledger.integrity`),
-the upgrade of a file of an older schema, and a run's saved progress beside them. The
+the upgrade of a file of an older schema, and a run's saved progress beside them (each
+row with its digest, checked when it is read back). The
 ledger's other members are mixed in: opening the file (`agentdescent.ledger.schema`), the
 driver lease (`agentdescent.ledger.lease`), the connections and the write transaction
 (`agentdescent.ledger.connection`), the rows read back, checked (`agentdescent.ledger.rows`).
@@ -47,7 +48,11 @@ from .base import (
 from .connection import ConnectionKeeper
 from .integrity import (
     ROOT_DIGEST,
+    round_digest,
     row_error,
+    run_state_digest,
+    run_state_problems,
+    stored_text,
     version_digest,
 )
 from .lease import DEFAULT_EXPIRY, LeaseHolder
@@ -110,6 +115,13 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
             artifact another live driver holds refuses (`LedgerBusy`; see `LeaseHolder`).
         lease_seconds: a lease whose heartbeat is older than this is taken over (renewed
             every third of it, and at every save).
+        read_only: open an existing file to read it only (the command line's ``status``,
+            ``show``, ``eval``, ``export`` and ``report``): the history check runs as
+            always, but nothing is ever written, in the file or beside it: no file or
+            folder is created, no WAL switch, no schema upgrade (a schema-1 file is
+            refused, unchanged), no lease; every write raises `LedgerError`. A file in a
+            read-only folder (a read-only mount) opens too (see
+            `agentdescent.ledger.connection.read_only_mode`).
 
     Raises:
         LedgerCorrupted: the file is empty, truncated or malformed, or fails the history
@@ -117,7 +129,8 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
             unchanged).
         LedgerTooNew: the file was written by a newer agentdescent.
         LedgerError: ``path`` is not a SQLite database, is another application's
-            database, or cannot be opened.
+            database, or cannot be opened; with ``read_only``, it does not exist, or is of
+            schema 1.
         ContractError: ``path`` is ``":memory:"`` or ``timeout`` is not positive.
 
     Examples:
@@ -140,6 +153,7 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
         check_history: bool = True,
         run_id: str | None = None,
         lease_seconds: float = DEFAULT_EXPIRY,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidArgumentType(f"SqliteLedger(path={path!r}): give a file path (str or os.PathLike)")
@@ -157,6 +171,9 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
                 f"SqliteLedger(check_history={check_history!r}): expected True (check the "
                 "history on open) or False (skip it to salvage a damaged file)"
             )
+        if not isinstance(read_only, bool):
+            raise InvalidArgumentType(f"SqliteLedger(read_only={read_only!r}): expected True (only read an "
+                                      "existing file) or False (read and write)")
         if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
             raise InvalidArgument(f"SqliteLedger(run_id={run_id!r}): give a non-empty str naming this "
                                   "driver (e.g. 'driver-1'), or None for an unshared driver")
@@ -172,8 +189,11 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
         self._inherited: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._closed = False
+        self._read_only = read_only
+        self._ro_mode: str | None = None  # how a read-only ledger connects, decided on open
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            if not read_only:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise LedgerError(
                 f"ledger file {str(self._path)!r}: cannot create its folder ({exc}); "
@@ -194,7 +214,7 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
         return self._path
 
     def __repr__(self) -> str:
-        state = ", closed" if self._closed else ""
+        state = (", read-only" if self._read_only else "") + (", closed" if self._closed else "")
         return f"SqliteLedger({str(self._path)!r}{state})"
 
     def __enter__(self) -> SqliteLedger:
@@ -263,12 +283,13 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
             blast_radius: in [0, 1]; governance classifies the artifact by it.
 
         Raises:
-            ContractError: an empty id, an id holding a lone surrogate, or a blast radius
+            ContractError: an empty id, an id holding a lone surrogate or a control
+                character, a state key or value holding a lone surrogate, or a blast radius
                 outside [0, 1] (a ``ValueError``).
             TypeError: a state key or value that is not a str.
             LedgerError: the file cannot be written.
         """
-        _check_artifact_id(artifact_id)
+        _check_artifact_id(artifact_id, writing=True)
         copy = _check_state(artifact_id, state)
         radius = _check_blast_radius(artifact_id, blast_radius)
         state_json = json.dumps(copy, sort_keys=True)
@@ -349,16 +370,20 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
             CASConflict: the head is not ``base_version``; nothing was written.
             LedgerError: ``artifact_id`` was never registered, or the file cannot be written.
             LedgerCorrupted: the head is missing or altered; nothing was written.
-            InvalidArgument: ``meta`` holds NaN or an infinity.
+            LedgerBusy: this object held the lease on ``artifact_id`` and lost it (another
+                driver took it over); nothing was written (checked in the commit's transaction).
+            InvalidArgument: ``meta`` holds NaN or an infinity, the id a control character,
+                or a state key or value a lone surrogate.
             TypeError: a bad state, base version or meta.
         """
-        _check_artifact_id(artifact_id)
+        _check_artifact_id(artifact_id, writing=True)
         copy = _check_state(artifact_id, new_state, "new_state")
         base = _check_base_version(artifact_id, base_version)
         meta = self.sign(artifact_id, meta)  # a leased driver signs its commits (a resume adopts its own)
         meta_json = _meta_json(artifact_id, meta)
         state_json = json.dumps(copy, sort_keys=True)
         with self._write(f"commit({artifact_id!r})") as conn:
+            self.check_lease(conn, artifact_id)  # a driver that lost its lease never commits
             head, head_digest, _ = self._head_row(conn, artifact_id, verify=True)
             if head != base:
                 raise CASConflict(artifact_id, base, head)
@@ -425,38 +450,60 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
                        rounds: Sequence[Mapping[str, Any]] = ()) -> None:
         """Replace the run's saved progress and store ``rounds``, in one transaction (JSON, never pickle).
 
+        Each row is stored with its digest (`agentdescent.ledger.integrity.run_state_digest`,
+        `agentdescent.ledger.integrity.round_digest`), which `load_run_state` checks. On a
+        file saved before run state had digests, the first save adds the digest columns
+        and records the digests of the run's earlier rounds.
+
         Raises:
             LedgerError: the file cannot be written.
         """
         text = json.dumps(dict(state), sort_keys=True)
         rows = [(run_id, int(r["index"]), json.dumps(dict(r), sort_keys=True)) for r in rounds]
         with self._write(f"saving the run state of {run_id!r}") as conn:
+            self._run_digests(conn, add=True)
+            self._cover_run(conn, run_id)
             conn.execute(
-                "INSERT INTO run_state (run_id, state_json, updated_at) VALUES (?, ?, ?) "
+                "INSERT INTO run_state (run_id, state_json, updated_at, digest) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(run_id) DO UPDATE SET state_json = excluded.state_json, "
-                "updated_at = excluded.updated_at",
-                (run_id, text, time.time()),
+                "updated_at = excluded.updated_at, digest = excluded.digest",
+                (run_id, text, time.time(), run_state_digest(run_id, text)),
             )
             conn.executemany(
-                "INSERT INTO run_rounds (run_id, idx, round_json) VALUES (?, ?, ?) "
-                "ON CONFLICT(run_id, idx) DO UPDATE SET round_json = excluded.round_json",
-                rows,
+                "INSERT INTO run_rounds (run_id, idx, round_json, digest) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(run_id, idx) DO UPDATE SET round_json = excluded.round_json, "
+                "digest = excluded.digest",
+                [(rid, idx, body, round_digest(rid, idx, body)) for rid, idx, body in rows],
             )
 
     def load_run_state(self, run_id: str) -> dict[str, Any] | None:
         """The run's saved progress, or None if it never saved any.
 
+        Each row is checked against its digest first; a row saved before run state had
+        digests (its digest is empty) is not yet covered, and is read as it is.
+
         Raises:
-            RunStateDamaged: the saved progress is not a JSON object, a saved round is not
-                JSON, or rounds are stored without the state they belong to (its row was
-                deleted); the message names the file and the ways on.
+            RunStateDamaged: the saved state or a saved round does not match its digest (it
+                was changed outside agentdescent: a flipped bit, a hand edit) or is not UTF-8
+                text, the saved progress is not a JSON object, a saved round is not JSON, or
+                rounds are stored without the state they belong to (its row was deleted); the
+                message names the file, the run and the ways on.
         """
         conn = self._conn()
         with self._translate(f"reading the run state of {run_id!r}"):
-            row = conn.execute("SELECT state_json FROM run_state WHERE run_id = ?", (run_id,)).fetchone()
-            rounds = conn.execute(
-                "SELECT idx, round_json FROM run_rounds WHERE run_id = ? ORDER BY idx", (run_id,)
+            # Read as bytes, so a text (or a digest) no longer UTF-8 is a named damage.
+            digest = "CAST(digest AS BLOB)" if self._run_digests(conn, add=False) else "''"
+            stored = conn.execute(f"SELECT CAST(state_json AS BLOB), {digest} FROM run_state WHERE run_id = ?",
+                                  (run_id,)).fetchone()
+            saved = conn.execute(
+                f"SELECT idx, CAST(round_json AS BLOB), {digest} FROM run_rounds WHERE run_id = ? ORDER BY idx",
+                (run_id,),
             ).fetchall()
+        row = None if stored is None else (stored_text(stored[0]), stored_text(stored[1]))
+        rounds = [(idx, stored_text(raw), stored_text(mark)) for idx, raw, mark in saved]
+        problems = run_state_problems(run_id, row, rounds)
+        if problems:
+            raise self._run_state_damaged(run_id, "; ".join(problems))
         if row is None:
             if rounds:
                 raise self._run_state_damaged(
@@ -471,7 +518,7 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
         if not isinstance(state, dict):
             raise self._run_state_damaged(run_id, f"its saved state is not a JSON object ({state})")
         try:
-            state["history"] = [json.loads(text) for _, text in rounds]
+            state["history"] = [json.loads(text) for _, text, _ in rounds]
         except (TypeError, ValueError) as exc:
             raise self._run_state_damaged(run_id, f"a saved round is not JSON ({exc})") from None
         return state

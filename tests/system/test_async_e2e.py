@@ -89,13 +89,13 @@ def test_sync_and_async_reach_the_target_on_the_same_callables():
 
 @pytest.mark.parametrize("async_ratio", [0, 1, 64])
 def test_no_livelock_at_extreme_async_ratios(async_ratio):
-    start = time.monotonic()
+    # A livelock would spin until the time cap: ending on the run's own rules (the target, or
+    # every rollout admitted) is the proof, whatever the machine's speed. The cap is a safety
+    # net set far above what any load makes of this run.
     result = async_evolve(**router_kwargs(), async_ratio=async_ratio, target_reward=0.9,
-                          max_iters=800, max_seconds=20)
-    elapsed = time.monotonic() - start
+                          max_iters=800, max_seconds=120)
     assert result.stop_reason in {"target_reward", "max_rollouts"}, (result.stop_reason, result.error)
     assert result.committed > 0
-    assert elapsed < 10, f"took {elapsed:.1f}s of the 20s cap"
     check_accounting(result)
 
 
@@ -148,17 +148,22 @@ def test_the_run_ends_with_error_when_every_rollout_fails():
     kwargs = router_kwargs()
     inner = kwargs["run"]
     held_out = {t.id for t in kwargs["tasks"][-N_HELD_OUT:]}
+    lock = threading.Lock()
+    failed = [0]
 
     def run(rendered, task):
         if task.id not in held_out:  # rollouts fail, the held-out evaluation works
+            with lock:
+                failed[0] += 1
             raise ConnectionError("rollout backend is down")
         return inner(rendered, task)
 
     kwargs["run"] = run
-    start = time.monotonic()
-    result = async_evolve(**kwargs, n_workers=3, max_seconds=15)
-    assert time.monotonic() - start < 10
+    result = async_evolve(**kwargs, n_workers=3, max_seconds=120)  # the cap: a safety net, never reached
     assert result.stop_reason == "error"
+    # it ends at once, counted in calls: failure_limit (3) calls of call_attempts (3) attempts, plus
+    # at most one call still running on each of the other two workers
+    assert 3 * 3 <= failed[0] <= (3 + 3 - 1) * 3, failed[0]
     assert result.error and "rollout call(s) in a row failed" in result.error
     assert "rollout backend is down" in result.error
     assert result.rollouts == 0 and result.version == 1
@@ -194,6 +199,7 @@ def test_shutdown_with_a_stuck_rollout_returns_within_the_grace():
     release = threading.Event()
     stuck: list[str] = []
     lock = threading.Lock()
+    unstuck = threading.Event()
 
     def run(rendered, task):
         if task.id not in held_out:
@@ -201,17 +207,18 @@ def test_shutdown_with_a_stuck_rollout_returns_within_the_grace():
                 if not stuck:
                     stuck.append(task.id)  # the first train task rolled out hangs
             if task.id == stuck[0]:
-                release.wait(30)
+                release.wait(120)  # until the test releases it, after the run returned
+                unstuck.set()
         return inner(rendered, task)
 
     kwargs["run"] = run
     ledger = MemoryLedger()
     before = {t.ident for t in threading.enumerate()}
     try:
-        start = time.monotonic()
         result = async_evolve(**kwargs, ledger=ledger, max_seconds=1, grace_seconds=0.5)
-        elapsed = time.monotonic() - start
-        assert elapsed < 3.0, f"returned after {elapsed:.2f}s"
+        # order, not seconds: the run returned while the stuck rollout still hung (the bound
+        # max_seconds + grace itself is tested on virtual time, tests/test_runtime_conformance.py)
+        assert stuck and not unstuck.is_set()
         assert result.counters["stragglers"] >= 1
         assert result.stop_reason == "max_seconds"
         head_at_return = ledger.versions()
@@ -229,9 +236,12 @@ def test_shutdown_with_a_stuck_rollout_returns_within_the_grace():
 
 
 def test_max_seconds_bounds_a_run_without_a_target():
+    # No other stop rule is set: its stop reason is the bound. It returned once the bound had
+    # passed, never before; how soon after is a speed, tested on virtual time
+    # (tests/test_runtime_conformance.py), not here on a machine of unknown load.
     start = time.monotonic()
     result = async_evolve(**router_kwargs(latency=0.002), n_workers=4, max_seconds=0.5)
-    assert time.monotonic() - start < 4
+    assert time.monotonic() - start >= 0.5
     assert result.stop_reason == "max_seconds"
     assert result.counters["stragglers"] == 0
     check_accounting(result)

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,35 +60,47 @@ def _ran(tmp_path: Path, server: LLMServer, *extra: str, rounds: str = "1", name
 
 
 def test_two_runs_started_together_one_drives_and_the_other_exits_2_at_once_naming_it(tmp_path):
-    begun = time.monotonic()
-    assert cli("--version").returncode == 0
-    startup = time.monotonic() - begun  # what starting the console script takes on this machine, now
-    with LLMServer(responder=responder(delay=0.05)) as server:
-        run_dir = init(tmp_path, server)
-        command = [*_script(), "run", str(run_dir), "--rounds", "3", "--workers", "2"]
-        started = time.monotonic()
-        procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-                 for _ in range(2)]
-        while all(p.poll() is None for p in procs):
-            assert time.monotonic() - started < 10, "neither run ended"
-            time.sleep(0.01)
-        elapsed = time.monotonic() - started
-        loser = next(p for p in procs if p.poll() is not None)
-        driver = next(p for p in procs if p is not loser)
-        assert loser.returncode == 2, loser.stderr.read()
-        assert elapsed < startup + 1.0, (elapsed, startup)  # refused at once, not after the driver's run
-        assert driver.poll() is None  # still running
-        out, err = loser.communicate()
-        assert out == "" and re.fullmatch(
-            rf"agentdescent run: {re.escape(str(run_dir))} is being run by pid {driver.pid} \(agentdescent run, "
-            r"since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00\); one run or resume at a time: wait for it to end, or "
-            r"stop it first\n", err), err
+    """The loser exits while the driver's run is still going, not after it: no clock is read.
 
-        status = cli("status", str(run_dir))  # read-only: it never takes the lock, and says who holds it
-        assert status.stdout.startswith(f"state: running (pid {driver.pid}, since "), status.stdout
-        resume = cli("resume", str(run_dir))
-        _one_line_error(resume, 2, f"pid {driver.pid}", "one run or resume at a time")
-        assert driver.wait(timeout=60) == 0, driver.stderr.read()
+    The server holds every reply until the test has seen the loser exit (and ``status`` and
+    ``resume`` refused), so the driver cannot finish first however slow the machine is: the
+    loser's exit before the gate opens is the proof that it did not wait for the lock.
+    """
+    gate = threading.Event()
+    answer = responder(delay=0.05)
+
+    def held(path: str, body: Any) -> Reply:
+        gate.wait(120)  # a safety net only: the test opens the gate once the loser is seen out
+        return answer(path, body)
+
+    with LLMServer(responder=held) as server:
+        try:
+            run_dir = init(tmp_path, server)  # init sends nothing: it only writes the run directory
+            command = [*_script(), "run", str(run_dir), "--rounds", "3", "--workers", "2"]
+            procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                     for _ in range(2)]
+            deadline = time.monotonic() + 120  # a wait for the condition, not a bound on its speed
+            while all(p.poll() is None for p in procs):
+                assert time.monotonic() < deadline, "neither run ended"
+                time.sleep(0.01)
+            loser = next(p for p in procs if p.poll() is not None)
+            driver = next(p for p in procs if p is not loser)
+            assert loser.returncode == 2, loser.stderr.read()
+            assert driver.poll() is None and not gate.is_set()  # refused while the driver runs: no reply has left yet
+            out, err = loser.communicate()
+            assert out == "" and re.fullmatch(
+                rf"agentdescent run: {re.escape(str(run_dir))} is being run by pid {driver.pid} \(agentdescent run, "
+                r"since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00\); one run or resume at a time: wait for it to end, or "
+                r"stop it first\n", err), err
+
+            status = cli("status", str(run_dir))  # read-only: it never takes the lock, and says who holds it
+            assert status.stdout.startswith(f"state: running (pid {driver.pid}, since "), status.stdout
+            resume = cli("resume", str(run_dir))
+            _one_line_error(resume, 2, f"pid {driver.pid}", "one run or resume at a time")
+            assert driver.poll() is None  # all three refused while it ran
+        finally:
+            gate.set()
+        assert driver.wait(timeout=120) == 0, driver.stderr.read()
         driver.stdout.close()
         driver.stderr.close()
     assert _round_numbers(run_dir) == [1, 2, 3]  # each round once
@@ -188,7 +201,9 @@ def test_prompts_holding_unicode_line_separators_pass_init_plan_run_and_eval(tmp
 # --------------------------------------------------------------------------- 7. markup in every field
 
 MARKUP = '<script>alert(1)</script><img src=x onerror="alert(2)">'
-SPEC_KEPT = {"format", "strategy"}  # what says how to read the directory: checked (exit 2), not shown
+#: The spec's keys any text is a value of: poisoned with markup as text. Its other values say how to run and are
+#: checked on every open, as the flags that set them are (`agentdescent.cli.specvalues`): exit 2, below.
+SPEC_TEXT = {"model", "reward", "initial_text", "command", "run_command", "created", "version", "stratify"}
 SHAPES = ["text", "nested", "level-1", "level-2", "level-3"]
 
 
@@ -215,8 +230,7 @@ def _poison_run(run_dir: Path, shape: str) -> None:
         path = run_dir / name
         path.write_text(json.dumps(_poison(json.loads(path.read_text()), shape)))
     spec = json.loads((run_dir / "spec.json").read_text())
-    poisoned = _poison(spec, shape)
-    poisoned.update({k: spec[k] for k in SPEC_KEPT})
+    poisoned = {**spec, MARKUP: MARKUP, **({k: MARKUP for k in SPEC_TEXT} if shape == "text" else {})}
     (run_dir / "spec.json").write_text(json.dumps(poisoned))
     rows = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
     (run_dir / "rounds.jsonl").write_text("".join(json.dumps(_poison(r, shape)) + "\n" for r in rows))
@@ -244,9 +258,10 @@ def test_markup_in_every_field_of_every_file_renders_as_text_and_nothing_crashes
             assert "Traceback" not in proc.stderr and proc.returncode in (0, 2), (shape, args, proc.stderr)
             assert len(proc.stderr.strip().splitlines()) <= 1, (shape, args, proc.stderr)
     spec = json.loads((ran / "spec.json").read_text())
-    (ran / "spec.json").write_text(json.dumps({**spec, "strategy": MARKUP}))
-    _one_line_error(cli("report", str(ran), "-o", str(tmp_path / "bad.html")), 2, "is not one of append, keyed, "
-                    "single")
+    for key, value in (("strategy", MARKUP), ("seed", MARKUP), ("model", [{MARKUP: MARKUP}])):
+        (ran / "spec.json").write_text(json.dumps({**spec, key: value}))
+        for args in (["report", "-o", str(tmp_path / "bad.html")], *([["status"], ["show"]] if key == "model" else [])):
+            _one_line_error(cli(args[0], str(ran), *args[1:]), 2, f'spec.json: "{key}": ', "set it right in spec.json")
 
 
 # --------------------------------------------------------------------------- 8. errors as promised

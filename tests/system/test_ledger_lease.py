@@ -4,8 +4,11 @@ A second unshared ``evolve(ledger=path)`` on an artifact another process is driv
 refused at once, naming the holder's pid; a holder killed with SIGKILL is taken over;
 four drivers that share the artifact each keep every round and token under their own run
 id; a driver killed between a commit and its save leaves neither (they land together), so
-its resumed run equals an uninterrupted one round by round; and on a ledger that groups
-nothing, that commit is adopted on resume, so the rounds' commits equal the ledger's.
+its resumed run equals an uninterrupted one round by round; on a ledger that groups
+nothing, that commit is adopted on resume, so the rounds' commits equal the ledger's; and a
+driver stopped with SIGSTOP past its lease, taken over by a driver that commits, saves and
+finishes, stops with LedgerBusy when continued (``evolve``, ``async_evolve`` and
+``agentdescent run``), writing nothing over the taker's commits and progress.
 """
 
 from __future__ import annotations
@@ -48,11 +51,15 @@ if args.get("kill_after_commit_round"):
         save(self, state, history)
     ProgressStore.save = dying_save
 # a sharing driver names its run id on evolve (odd seeds) or on its ledger object (even seeds)
-by_object = args.get("run_id") and args["seed"] % 2 == 0
-ledger = SqliteLedger(args["path"], run_id=args["run_id"]) if by_object else args["path"]
+by_object = (args.get("run_id") and args["seed"] % 2 == 0) or args.get("lease_seconds")
+ledger = SqliteLedger(args["path"], run_id=args["run_id"], lease_seconds=args.get("lease_seconds") or 30.0) \
+    if by_object else args["path"]
+# an async driver runs until its rollouts or its time are spent (rounds * 4 rollouts, no time bound)
+length = dict(asynchronous=True, max_rollouts=4 * args["rounds"], max_seconds=3600.0) \
+    if args.get("asynchronous") else dict(rounds=args["rounds"], max_concurrency=4)
 try:
     result = evolve(**RouterDomain(seed=args["seed"], latency=args["latency"]).evolve_kwargs(),
-                    rounds=args["rounds"], seed=args["seed"], ledger=ledger, max_concurrency=4,
+                    **length, seed=args["seed"], ledger=ledger,
                     resume=args.get("resume", True), run_id=None if by_object else args.get("run_id"))
 except LedgerBusy as err:
     print(json.dumps({"busy": str(err), "holder_pid": err.pid}))
@@ -65,10 +72,11 @@ print(json.dumps({"pid": os.getpid(), "rounds": len(result.history), "tokens": r
 
 
 def _start(path: Path, *, rounds: int, seed: int = 0, latency: float = 0.002, run_id: str | None = None,
-           kill_after_commit_round: int | None = None, resume: bool = True,
-           no_atomic: bool = False) -> subprocess.Popen[str]:
+           kill_after_commit_round: int | None = None, resume: bool = True, no_atomic: bool = False,
+           lease_seconds: float | None = None, asynchronous: bool = False) -> subprocess.Popen[str]:
     args = {"path": str(path), "rounds": rounds, "seed": seed, "latency": latency, "run_id": run_id,
-            "kill_after_commit_round": kill_after_commit_round, "resume": resume, "no_atomic": no_atomic}
+            "kill_after_commit_round": kill_after_commit_round, "resume": resume, "no_atomic": no_atomic,
+            "lease_seconds": lease_seconds, "asynchronous": asynchronous}
     return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -95,13 +103,14 @@ def _wait_for_lease(path: Path, pid: int, timeout: float = 15.0) -> None:
 
 def test_a_second_unshared_driver_is_refused_at_once_naming_the_holder(tmp_path: Path) -> None:
     path = tmp_path / "run.sqlite"
-    first = _start(path, rounds=400, latency=0.02)
+    first = _start(path, rounds=10_000, latency=0.02)  # it never ends by itself: killed below
     try:
         _wait_for_lease(path, first.pid)
-        started = time.monotonic()
         code, out = _finish(_start(path, rounds=3))
         assert code == 3, out
-        assert time.monotonic() - started < 10.0  # at once: no round ran (the child's start-up is the time)
+        # at once, told by order and not by a clock: refused while the holder still runs, so it
+        # never waited for the lease (and, exiting on LedgerBusy, ran no round)
+        assert first.poll() is None
         assert out["holder_pid"] == first.pid
         assert f"pid {first.pid}" in out["busy"] and "run_id=" in out["busy"]
         assert first.poll() is None  # the holder goes on untouched
@@ -246,6 +255,86 @@ def test_a_driver_whose_lease_was_taken_over_stops_at_its_next_save(tmp_path: Pa
             ledger.renew_lease("artifact")
 
 
+def _saved_rounds(path: Path) -> int:
+    if not path.exists():  # connecting would make an empty file, which the driver then refuses
+        return 0
+    try:
+        with sqlite3.connect(path, timeout=5) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM run_rounds").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0  # the file or its tables are not there yet
+
+
+def _stop_outside_a_write(proc: subprocess.Popen[str], path: Path, timeout: float = 30.0) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no write lock on ``path`` (so a taker can write).
+
+    A process stopped inside a write transaction would keep the file locked; it is
+    continued and stopped again until this process can take the write lock itself.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        os.kill(proc.pid, signal.SIGSTOP)
+        conn = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # stopped mid-write: let it finish that write
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            conn.close()
+    raise AssertionError(f"process {proc.pid} never let go of the write lock on {path}")
+
+
+def _take_over(path: Path, *, rounds: int, lease_seconds: float, timeout: float = 60.0):
+    """Run ``rounds`` rounds on ``path`` in this process once the stopped holder's heartbeat expired."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return evolve(**RouterDomain(seed=0).evolve_kwargs(), rounds=rounds, max_concurrency=4,
+                          ledger=SqliteLedger(path, lease_seconds=lease_seconds))
+        except LedgerBusy:
+            assert time.monotonic() < deadline, "the stopped holder's lease never expired"
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["evolve", "async_evolve"])
+def test_a_driver_stopped_past_its_lease_and_taken_over_stops_with_ledger_busy_keeping_the_takers_work(
+        tmp_path: Path, asynchronous: bool) -> None:
+    """The finding: a displaced driver re-took its released lease and saved over the taker's progress."""
+    path = tmp_path / "run.sqlite"
+    lease = 2.0
+    first = _start(path, rounds=400, latency=0.02, lease_seconds=lease, asynchronous=asynchronous)
+    try:
+        deadline = time.monotonic() + 60
+        while _saved_rounds(path) < 2:  # the first driver is under way: it has work to commit and save
+            assert first.poll() is None, _finish(first)
+            assert time.monotonic() < deadline, "the first driver saved no round"
+            time.sleep(0.05)
+        _stop_outside_a_write(first, path)
+        with SqliteLedger(path) as ledger:
+            before = ledger.head("artifact")[0]
+        taker = _take_over(path, rounds=4, lease_seconds=lease)  # takes over, commits, saves, releases
+    finally:
+        if first.poll() is None:
+            os.kill(first.pid, signal.SIGCONT)
+    code, out = _finish(first, timeout=120)
+    assert code == 3, out  # the first driver stopped at its next write with LedgerBusy
+    assert out["holder_pid"] == os.getpid() and "taken over by holder" in out["busy"]
+    with SqliteLedger(path) as ledger:
+        head = ledger.head("artifact")[0]
+        history = ledger.history("artifact")
+        saved = read_all_progress(ledger, "artifact")
+        assert ledger.lease_holders("artifact") == []
+    takers = [e.version for e in history if e.meta.get("holder") == ledger.holder]
+    assert head == taker.version and head > before  # the taker committed, and nothing came after it
+    assert takers == list(range(before + 1, head + 1))  # every commit since the takeover is the taker's
+    assert set(saved) == {None}
+    assert len(saved[None].rounds) == len(taker.history)  # the taker's saved progress, whole
+    assert saved[None].commits == head - 1 == sum(r.committed for r in taker.history)
+
+
 def test_the_lease_knobs_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="run_id=''"):
         SqliteLedger(tmp_path / "a.sqlite", run_id="")
@@ -282,3 +371,53 @@ def test_run_id_is_checked_against_the_ledger_it_shares(tmp_path: Path) -> None:
         evolve(**kwargs, rounds=1, run_id="d0", ledger=SqliteLedger(tmp_path / "a.sqlite"))
     with pytest.raises(ValueError, match="non-empty str"):
         evolve(**kwargs, rounds=1, run_id=" ", ledger=str(tmp_path / "a.sqlite"))
+
+
+def test_a_cli_run_whose_lease_was_taken_over_fails_naming_the_holder(tmp_path: Path) -> None:
+    pytest.importorskip("openai")
+    from agentdescent.cli.main import ARTIFACT_ID
+
+    from ..llm_server import LLMServer
+    from .test_cli import KEY, _script, init, responder
+
+    with LLMServer(responder=responder(delay=0.02)) as server:
+        run_dir = init(tmp_path, server)
+        ledger_file = run_dir / "ledger.sqlite"
+        env = {**os.environ, "CLI_TEST_KEY": KEY, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([*_script(), "run", str(run_dir), "--rounds", "400", "--workers", "2"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while _saved_rounds(ledger_file) < 2:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the run saved no round"
+                time.sleep(0.05)
+            _stop_outside_a_write(proc, ledger_file)
+            with SqliteLedger(ledger_file) as ledger:
+                before = ledger.head(ARTIFACT_ID)[0]
+            deadline = time.monotonic() + 90
+            while True:  # another driver (a script on the run's ledger) takes the artifact over
+                try:
+                    taker = evolve(**RouterDomain(seed=0).evolve_kwargs(), rounds=4, artifact_id=ARTIFACT_ID,
+                                   resume=False, ledger=SqliteLedger(ledger_file, lease_seconds=2.0))
+                    break
+                except LedgerBusy:
+                    assert time.monotonic() < deadline, "the stopped run's lease never expired"
+                    time.sleep(0.2)
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    failed = [line for line in err.splitlines() if line.startswith("agentdescent: the run failed:")]
+    assert len(failed) == 1 and f"pid {os.getpid()}" in failed[0], err
+    assert f"agentdescent resume {run_dir}" in failed[0]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "taken over by holder" in status["error"]
+    with SqliteLedger(ledger_file) as ledger:
+        history = ledger.history(ARTIFACT_ID)
+        saved = read_progress(ledger, ARTIFACT_ID)
+    assert history[-1].version == taker.version > before  # the taker committed; the run wrote nothing after it
+    assert [e.version for e in history if e.meta.get("holder") == ledger.holder] == \
+        list(range(before + 1, taker.version + 1))
+    assert saved is not None and saved.adopted == [] and saved.head_version <= before

@@ -1,16 +1,19 @@
 """`RunStateConformance`: the behaviour of a ledger's run-state pair (``save_run_state``/``load_run_state``).
 
 A run resumes from what its ledger saved; a third-party ledger that keeps progress must
-keep it exactly. Subclass it under a ``Test`` name and define ``make_ledger(tmp_path)``
-(and ``reopen(ledger, tmp_path)`` for a persisted one). Plain Python (no pytest import).
+keep it exactly, and a persisted one must refuse progress changed behind its back rather
+than hand it back altered. Subclass it under a ``Test`` name and define
+``make_ledger(tmp_path)`` (and, for a persisted one, ``reopen(ledger, tmp_path)`` and
+``damage_saved(ledger, tmp_path, run_id, index)``). Plain Python (no pytest import).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ...errors import RunStateDamaged
 from ...ledger import Ledger
-from ._checks import check
+from ._checks import check, expect_raises
 
 __all__ = ["RunStateConformance"]
 
@@ -21,8 +24,10 @@ class RunStateConformance:
     The checks: nothing saved reads as None; what is saved reads back with its rounds, in
     index order, under ``"history"``; a round saved again replaces its earlier copy and
     new rounds add to the old ones (a save writes only what is new); runs are kept apart
-    by id; what is read is a copy; and, for a persisted ledger (``reopen`` defined), it
-    all survives a reopen.
+    by id; what is read is a copy; for a persisted ledger (``reopen`` defined), it all
+    survives a reopen; and, where the store can be changed outside the ledger
+    (``damage_saved`` defined), a saved state or round changed there by one bit is
+    refused on load with `agentdescent.errors.RunStateDamaged`, never returned altered.
     """
 
     def make_ledger(self, tmp_path: Path) -> Ledger:
@@ -36,6 +41,22 @@ class RunStateConformance:
     def reopen(self, ledger: Ledger, tmp_path: Path) -> Ledger | None:
         """Close ``ledger`` and open the same store again; None (the default) for an in-memory one."""
         return None
+
+    def damage_saved(self, ledger: Ledger, tmp_path: Path, run_id: str, index: int | None) -> bool:
+        """Flip one bit of what ``ledger`` stored for ``run_id``, behind its back; False (the default): cannot.
+
+        Args:
+            ledger: the ledger `make_ledger` returned, holding the progress just saved.
+            tmp_path: the scratch folder it was made in.
+            run_id: the run whose progress to damage.
+            index: the saved round to damage, or None for the saved state.
+
+        Returns:
+            True once the stored text is changed (the check then expects `load_run_state`
+            to refuse it); False for a store nothing outside the ledger can reach (in
+            memory), which skips the check.
+        """
+        return False
 
     def test_nothing_saved_reads_as_none(self, tmp_path: Path) -> None:
         """``load_run_state`` of an unknown run is None."""
@@ -70,3 +91,15 @@ class RunStateConformance:
         fresh = ledger.load_run_state("a")
         check(fresh is not None and fresh.get("who") == "a" and len(fresh["history"]) == 1,
               "load_run_state must return a copy the caller may change")
+
+    def test_progress_changed_behind_the_ledgers_back_is_refused(self, tmp_path: Path) -> None:
+        """A saved state or round changed outside the ledger (one bit) raises `RunStateDamaged` on load."""
+        ledger = self.make_ledger(tmp_path)
+        for run_id, index, what in (("state-damaged", None, "the saved state"), ("round-damaged", 2, "saved round 2")):
+            ledger.save_run_state(run_id, {"rule": "account", "round_count": 2},
+                                  [{"index": 1, "rule": "check the units"}, {"index": 2, "rule": "account"}])
+            if not self.damage_saved(ledger, tmp_path, run_id, index):
+                return  # the store cannot be changed outside the ledger: nothing to check
+            expect_raises(RunStateDamaged, lambda run_id=run_id: ledger.load_run_state(run_id),
+                          f"load_run_state after one bit of {what} was flipped outside the ledger (the damage "
+                          "must be refused, never returned as progress)")
