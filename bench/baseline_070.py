@@ -4,8 +4,8 @@ Run with the Python of a separate virtual environment where ``pip install
 agentdescent==0.7.0`` was done (the published package imports under the same name as
 this repository's library, so it can never share an environment with it)::
 
-    python3 -m venv /work/venv070 && /work/venv070/bin/pip install agentdescent==0.7.0
-    /work/venv070/bin/python bench/baseline_070.py --serve     # what scaling.py starts
+    python3 -m venv ../venv070 && ../venv070/bin/pip install agentdescent==0.7.0
+    ../venv070/bin/python bench/baseline_070.py --serve     # what scaling.py starts
 
 It is written against 0.7.0's public API only (``evolve``, ``async_evolve``,
 ``agentdescent.evolution.Task``) and runs the workload of `bench/_call_workload.py`, the

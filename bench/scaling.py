@@ -63,7 +63,7 @@ in the same run:
     python bench/scaling.py [--workers 1,2,4,8,16] [--latency 0.01] [--sigma 1.0]
                             [--repeats 3] [--epochs 2] [--workloads steady]
                             [--learn-repeats 1] [--json bench/results/scaling.json]
-                            [--baseline-python /work/venv070/bin/python]
+                            [--baseline-python ../venv070/bin/python]
                             [--calls-rollouts 264] [--calls-latency 0.02]
                             [--calls-repeats 3] [--sync-cap max8]
 
@@ -292,7 +292,7 @@ class Baseline:
             self.close()
             raise SystemExit(f"--baseline-python={python}: it imports agentdescent {identity.get('version')!r} "
                              f"from {identity.get('file')!r}, not the published 0.7.0; make one with: python3 -m "
-                             "venv /work/venv070 && /work/venv070/bin/pip install agentdescent==0.7.0")
+                             "venv ../venv070 && ../venv070/bin/pip install agentdescent==0.7.0")
         self.identity = identity
 
     def _read(self) -> dict[str, Any]:
@@ -494,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(calls_table(result))
             if baseline is None:
                 print("\nThe comparison with agentdescent 0.7.0 was skipped: no --baseline-python (make one "
-                      "with: python3 -m venv /work/venv070 && /work/venv070/bin/pip install agentdescent==0.7.0).")
+                      "with: python3 -m venv ../venv070 && ../venv070/bin/pip install agentdescent==0.7.0).")
             continue
         repeats = args.repeats if workload == "steady" else args.learn_repeats
         result = run_workload(workload, workers, repeats, args)
@@ -525,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nerrors: {errors}")
     if "calls" not in workloads:
         print("\nThe calls-per-second comparison with agentdescent 0.7.0 was skipped (give "
-              "--baseline-python /work/venv070/bin/python to run it).")
+              "--baseline-python ../venv070/bin/python to run it).")
     out["seconds"] = time.perf_counter() - started
     print(f"\n({out['seconds']:.0f} s)")
     write_json(Path(args.json), out)

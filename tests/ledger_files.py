@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from agentdescent.domains.router import RouterDomain
+
 
 def damage(path: Path, *statements: tuple[str, tuple]) -> bytes:
     """Run ``statements`` on the closed ledger file ``path``; return its bytes afterwards."""
@@ -48,3 +50,15 @@ def flipped(data: bytes, bit: int) -> bytes:
     out = bytearray(data)
     out[bit // 8] ^= 1 << (bit % 8)
     return bytes(out)
+
+
+def router(**kwargs):
+    """The offline router domain's evolve() arguments (the run that writes the damaged files), with a counter of the rollout calls made."""
+    domain = RouterDomain(seed=0, noise=0.25)
+    calls = []
+
+    def run(rendered, task):
+        calls.append(task.id)
+        return domain.run(rendered, task)
+
+    return {**domain.evolve_kwargs(), "run": run, "shuffle": False, **kwargs}, calls

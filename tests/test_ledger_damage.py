@@ -38,12 +38,11 @@ from agentdescent import (
     Task,
     evolve,
 )
-from agentdescent.domains.router import RouterDomain
 from agentdescent.engine.progress import read_progress
 from agentdescent.ledger import SCHEMA, SCHEMA_VERSION
 from agentdescent.ledger.integrity import version_digest
 
-from .ledger_files import damage
+from .ledger_files import damage, router
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,16 +76,6 @@ def refused(path: Path, error: type[Exception] = LedgerCorrupted, **kwargs) -> s
     return message
 
 
-def router(**kwargs):
-    """The offline router domain's evolve() arguments, with a counter of the rollout calls made."""
-    domain = RouterDomain(seed=0, noise=0.25)
-    calls = []
-
-    def run(rendered, task):
-        calls.append(task.id)
-        return domain.run(rendered, task)
-
-    return {**domain.evolve_kwargs(), "run": run, "shuffle": False, **kwargs}, calls
 
 
 # --------------------------------------------------------------------------- finding 3: the head

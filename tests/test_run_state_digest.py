@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 from agentdescent import RunStateDamaged, SqliteLedger, evolve
-from agentdescent.domains.router import RouterDomain
 from agentdescent.engine.progress import read_progress
 
-from .ledger_files import flipped, stored_bytes, write_bytes
+from .ledger_files import flipped, router, stored_bytes, write_bytes
 
 STATE = ("run_state", "state_json", "run_id = ?")
 DIGEST = ("run_state", "digest", "run_id = ?")
@@ -31,15 +30,6 @@ def round_row(index: int) -> tuple[str, str, str]:
     return ("run_rounds", "round_json", f"run_id = ? AND idx = {index}")
 
 
-def router(**kwargs):
-    domain = RouterDomain(seed=0, noise=0.25)
-    calls = []
-
-    def run(rendered, task):
-        calls.append(task.id)
-        return domain.run(rendered, task)
-
-    return {**domain.evolve_kwargs(), "run": run, "shuffle": False, **kwargs}, calls
 
 
 def saved_run(path: Path) -> None:

@@ -12,7 +12,8 @@ runs ``ledger.sqlite`` (every version of the artifact and the run's progress),
 An API key is never written anywhere.
 
 Commands: ``demo``, ``init``, ``plan``, ``run``, ``status``, ``show``, ``resume``,
-``eval``, ``export``, ``report``; each has ``--help``. Exit codes: 0 done, 1 the run (or
+``eval``, ``export``, ``report``, ``mcp`` (the others as MCP tools, `agentdescent.cli.mcp_server`); each
+has ``--help``. Exit codes: 0 done, 1 the run (or
 ``eval``'s model calls) failed (the message names the cause), 2 usage error (a bad flag,
 or a missing, malformed or damaged file, naming it), each in one line without a traceback
 (`_main` is the one boundary); 128 + the signal's number when SIGINT (Ctrl-C: 130), SIGTERM
@@ -65,6 +66,7 @@ from ..types import one_line
 from .demo import main as demo_main
 from .diskfull import DISK_FULL, disk_full, disk_full_line
 from .explain import likely_cause, round_record
+from .mcp_server import serve
 from .parser import build_parser
 from .plan import cmd_plan
 from .rundir import (
@@ -409,7 +411,14 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
     if rounds == 0:
         print(f"{run.path}: nothing left to run (it did the {planned} round(s) it was given); "
               f"`agentdescent resume {run.path} --rounds N` adds N more")
-        return 0
+        if run.status().get("state") == "finished" and run.result_file.exists():
+            return 0
+        # Killed after its last round was saved: its end was never written. Write it now from
+        # the saved run (an idle call: nothing is measured or called).
+        spec["run_command"] = _command_line(args)
+        return _execute(run, spec, rounds=0, workers=workers,
+                        max_tokens=spec_knob(spec, "max_tokens", "run_max_tokens"),
+                        asynchronous=bool(spec.get("run_async")), patience=spec_knob(spec, "patience", "run_patience"))
     spec["run_command"] = _command_line(args)
     return _execute(run, spec, rounds=rounds, workers=workers,
                     max_tokens=spec_knob(spec, "max_tokens", "run_max_tokens"),
@@ -450,6 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "init": cmd_init, "plan": cmd_plan, "run": cmd_run, "status": cmd_status, "show": cmd_show,
     "resume": cmd_resume, "eval": cmd_eval, "export": cmd_export, "report": cmd_report,
+    "mcp": lambda args: serve(args.root, _main),  # the tools call the same boundary (`agentdescent.cli.mcp_server`)
 }
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from agentdescent import EvolutionResult
+
 from ..llm_server import LLMServer, Reply, openai_body
 from .test_cli import KEY, ROOT, RULE, _is_proposal, _option_help, _script, cli, init, responder
 
@@ -263,3 +265,25 @@ def test_resuming_a_finished_run_runs_nothing_unless_more_rounds_are_asked_for(t
         again = cli("resume", str(async_dir))
         assert again.returncode == 0 and "nothing left to run" in again.stdout, again.stdout + again.stderr
         assert len(server.requests) == sent
+
+
+@pytest.mark.parametrize("mode", [[], ["--async"]], ids=["sync", "async"])
+def test_a_run_killed_after_its_last_save_gets_its_end_written_by_resume_with_no_call(tmp_path, mode):
+    """The state a kill -9 leaves between a run's last saved round and its end (bench/kill_loops.py --end-probe):
+    status.json still "running", no result.json. `resume` has nothing left to run and writes the end."""
+    with LLMServer(responder=responder()) as server:
+        run_dir = init(tmp_path, server)
+        assert cli("run", str(run_dir), "--rounds", "2", "--workers", "2", *mode).returncode == 0
+        finished = json.loads((run_dir / "status.json").read_text())
+        (run_dir / "result.json").unlink()
+        (run_dir / "status.json").write_text(json.dumps({**finished, "state": "running", "pid": 999999}))
+        sent = len(server.requests)
+        again = cli("resume", str(run_dir))
+        assert again.returncode == 0 and "nothing left to run" in again.stdout, again.stdout + again.stderr
+        assert len(server.requests) == sent  # not one call
+        assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+        result = EvolutionResult.load(run_dir / "result.json")
+        rounds = [line for line in (run_dir / "rounds.jsonl").read_text().splitlines() if line]
+        assert len(result.history) == len(rounds) and result.error is None
+        status = cli("status", str(run_dir))
+        assert status.returncode == 0 and "finished" in status.stdout.splitlines()[0], status.stdout
