@@ -11,6 +11,7 @@ import logging
 import sys
 
 from ._version import VERSION
+from .agents.command import CommandAgent
 from .agents.llm import LLMAgent
 from .budget.allocator import (
     AllocateDecision,
@@ -124,6 +125,7 @@ __all__ = [
     "BudgetGovernor",
     "CASConflict",
     "Clock",
+    "CommandAgent",
     "Completion",
     "ContextManager",
     "ContractError",

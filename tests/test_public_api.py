@@ -21,7 +21,7 @@ SPEC_NAMES = {
     "ValueBudgetAllocator",
     # engines and agents
     "evolve", "async_evolve", "EvolutionResult", "RoundInfo",
-    "Usage", "Completion", "Provider",
+    "Usage", "Completion", "Provider", "CommandAgent",
     # data
     "hf_rows", "hf_rows_modelscope",
 }

@@ -1,12 +1,15 @@
-"""Agents: `LLMAgent` (an `Agent` built on a `Provider`) and the parsing of its replies.
+"""Agents: `LLMAgent` (an `Agent` built on a `Provider`), `CommandAgent`, and the parsing of replies.
 
-Owns the solve and proposal templates, per-worker conversations (`llm`) and the one reply parser
-(`proposals`: a reply becomes a rule, a rewrite, code edits, or `None` with its refusal kind).
+Owns the solve and proposal templates, per-worker conversations (`llm`), command-line programs
+as models (`command`: `CommandProvider` runs one, `CommandAgent` is an `LLMAgent` over it) and
+the one reply parser (`proposals`: a reply becomes a rule, a rewrite, code edits, or `None` with
+its refusal kind).
 Imports the ground floor and `context` (a conversation is compacted there); it must not import
 the engine, the merge, the ledger, the providers or the command line: a provider reaches an
 agent as an object through the `Provider` seam.
 """
 
+from .command import CommandAgent, CommandProvider
 from .llm import (
     DEFAULT_EDIT_TEMPLATE,
     DEFAULT_PROPOSE_TEMPLATE,
@@ -32,6 +35,8 @@ from .llm import (
 
 __all__ = [
     "Agent",
+    "CommandAgent",
+    "CommandProvider",
     "Completion",
     "current_worker",
     "DEFAULT_EDIT_TEMPLATE",

@@ -330,6 +330,14 @@ def _add_report(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="replace FILE.html if it exists (a regular file only)")
 
 
+def _add_mcp(sub: Any) -> None:
+    p = sub.add_parser("mcp", help="serve these commands as MCP tools over stdio (the mcp extra)",
+                       formatter_class=_DefaultsFormatter)
+    p.add_argument("--root", metavar="DIR", default=".",
+                   help="the folder whose run directories (and files) the tools may reach; a path outside it is "
+                   "refused (default: the current directory)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``agentdescent`` argument parser (every command has ``--help``; ``args.command`` names the one given)."""
     parser = OneLineParser(prog="agentdescent", description="Parallel self-evolution of LLM agent artifacts.")
@@ -338,6 +346,6 @@ def build_parser() -> argparse.ArgumentParser:
     # `agentdescent demo` has its own parser (agentdescent.cli.demo); listed here for the help
     sub.add_parser("demo", help="the offline demo (simulated domain, SQLite ledger, no API key)", add_help=False)
     for add in (_add_init, _add_plan, _add_run, _add_status, _add_show, _add_resume, _add_eval, _add_export,
-                _add_report):
+                _add_report, _add_mcp):
         add(sub)
     return parser

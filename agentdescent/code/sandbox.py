@@ -30,7 +30,6 @@ import contextlib
 import json
 import math
 import os
-import select
 import shutil
 import signal
 import stat
@@ -44,6 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from ..errors import InvalidArgument, SandboxUnavailable
+from ..processes import kill_group as _kill_group
+from ..processes import scrubbed_environment
+from ..processes import wait_exit as _wait_exit
 from ..types import clip_middle
 from ..validation import check_bool, check_int, check_real, check_seconds
 from .probe import _JAIL, _Platform, _platform
@@ -63,7 +65,6 @@ from .sandbox_args import (
 __all__ = ["Sandbox", "SandboxRun"]
 
 _PREFIX = "agentdescent-sandbox-"
-_PASSED = ("PATH", "LANG", "LC_ALL", "TZ")
 _IGNORED = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".venv", "venv",
                                   "node_modules")
 _READ_BACK_BYTES = 5 * 1024 * 1024
@@ -367,10 +368,8 @@ class Sandbox:
             config["drop_caps"] = here.caps
         elif here.nobody:
             config["user"] = {"uid": here.nobody[0], "gid": here.nobody[1], "root": root}
-        env = {name: os.environ[name] for name in _PASSED if name in os.environ}
-        tmp = os.path.join(root, "tmp")
-        env.update({"HOME": os.path.join(root, "home"), "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp,
-                    "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1",
+        env = scrubbed_environment(os.path.join(root, "home"), os.path.join(root, "tmp"))
+        env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1",
                     "PYTHONUNBUFFERED": "1"})
         env.update(self.env)
         if not here.landlock_abi:
@@ -473,34 +472,6 @@ if hasattr(os, "register_at_fork"):
 
 
 # --------------------------------------------------------------------------- process helpers
-
-
-def _wait_exit(proc: subprocess.Popen, limit: float) -> bool:
-    """Wait up to ``limit`` seconds for ``proc`` to exit, *without* reaping it where possible.
-
-    With a pidfd the exited leader stays a zombie until `Popen.wait`, so its process group
-    id cannot be reused before the group is killed.
-    """
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        fd = None
-    if fd is None:
-        try:
-            proc.wait(timeout=limit)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        ready, _, _ = select.select([fd], [], [], limit)  # PEP 475: retried after a signal
-        return bool(ready)
-    finally:
-        os.close(fd)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def _clip_file(handle: BinaryIO, limit: int) -> str:

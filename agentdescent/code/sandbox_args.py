@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
 from ..errors import InvalidArgument, InvalidArgumentType
+from ..processes import FIXED_VARIABLES as _FIXED
 
 __all__: list[str] = []
 
-_FIXED = ("HOME", "TMPDIR", "TMP", "TEMP")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
