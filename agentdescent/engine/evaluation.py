@@ -42,6 +42,18 @@ def look_width(config: AggregatorConfig) -> int:
     return 2 * config.eval_batch
 
 
+def _digest(state: Mapping[str, str]) -> int:
+    """The cache key of a state: its items hashed (once per request)."""
+    return stable_hash(sorted(state.items()))
+
+
+def _raise_first_failure(scores: Sequence[Any]) -> None:
+    """Raise the first `BackendFailure` among a batch's results (the scores that succeeded were kept)."""
+    failure = next((s for s in scores if isinstance(s, BackendFailure)), None)
+    if failure is not None:
+        raise failure
+
+
 def _cut(text: str) -> str:
     return text if len(text) <= SAMPLE_CHARS else text[: SAMPLE_CHARS - 3] + "..."
 
@@ -71,20 +83,25 @@ class RolloutEvaluator(Evaluator):
         self._samples: dict[tuple[int, str], tuple[str, str]] = {}
         self._lock = threading.Lock()
 
-    def _fill(self, wanted: Sequence[tuple[Mapping[str, str], Sequence[Task]]]) -> None:
+    def _fill(self, wanted: Sequence[tuple[Mapping[str, str], Sequence[Task]]]) -> list[int]:
         """Score every ``(state, tasks)`` of ``wanted`` the cache lacks, all at once on the run's pool.
 
         The same calls as scoring each request in turn (a task a request names twice is
         scored twice, one an earlier request scored is not), only started together. The
         scores that succeed are cached before the first failure is raised.
 
+        Returns:
+            Each request's state digest (the cache key), in order.
+
         Raises:
             BackendFailure: a call failed for good.
         """
         keys: list[tuple[int, str]] = []
         jobs: list[tuple[str, Task]] = []
+        digests: list[int] = []
         for state, tasks in wanted:
-            digest = stable_hash(sorted(state.items()))
+            digest = _digest(state)
+            digests.append(digest)
             earlier = set(keys)
             with self._lock:
                 missing = [t for t in tasks if (digest, t.id) not in self._cache and (digest, t.id) not in earlier]
@@ -93,7 +110,7 @@ class RolloutEvaluator(Evaluator):
                 keys += [(digest, t.id) for t in missing]
                 jobs += [(rendered, t) for t in missing]
         if not jobs:
-            return
+            return digests
         samples: list[tuple[str, str] | None] = [None] * len(jobs)
         scores = self.runner.score_jobs(jobs, samples)
         with self._lock:
@@ -103,13 +120,11 @@ class RolloutEvaluator(Evaluator):
                     output, feedback = sample if sample is not None else ("", "")
                     self._samples[key] = (_cut(output), _cut(feedback))
         self.counters.add("eval_rollouts", sum(isinstance(s, float) for s in scores))
-        failure = next((s for s in scores if isinstance(s, BackendFailure)), None)
-        if failure is not None:
-            raise failure
+        _raise_first_failure(scores)
+        return digests
 
     def _scores(self, state: Mapping[str, str], tasks: list[Task]) -> list[float]:
-        self._fill([(state, tasks)])
-        digest = stable_hash(sorted(state.items()))
+        digest, = self._fill([(state, tasks)])
         with self._lock:
             return [self._cache[(digest, t.id)] for t in tasks]
 
@@ -125,7 +140,7 @@ class RolloutEvaluator(Evaluator):
 
     def remember(self, state: Mapping[str, str], tasks: Sequence[Task], scores: Sequence[float]) -> None:
         """Seed the cache with scores measured earlier (a resumed run's head)."""
-        digest = stable_hash(sorted(state.items()))
+        digest = _digest(state)
         with self._lock:
             for task, score in zip(tasks, scores):
                 self._cache[(digest, task.id)] = float(score)
@@ -136,7 +151,7 @@ class RolloutEvaluator(Evaluator):
         Outputs and feedback are cut to `SAMPLE_CHARS`; a task scored only in an earlier
         process (a resumed run's head) has a score and no sample.
         """
-        digest = stable_hash(sorted(state.items()))
+        digest = _digest(state)
         out: dict[str, dict[str, Any]] = {}
         with self._lock:
             for task in self.held_out_tasks:
@@ -164,9 +179,7 @@ class RolloutEvaluator(Evaluator):
         rendered = self.strategy.render(state)
         scores = self.runner.score_jobs([(rendered, self.held_out_tasks[i]) for i in indices])
         self.counters.add("eval_rollouts", sum(isinstance(s, float) for s in scores))
-        failure = next((s for s in scores if isinstance(s, BackendFailure)), None)
-        if failure is not None:
-            raise failure
+        _raise_first_failure(scores)
         return [float(s) for s in scores]
 
     def held_out_subset(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> list[float]:
