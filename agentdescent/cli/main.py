@@ -413,12 +413,8 @@ def _resume(run: RunDir, args: argparse.Namespace) -> int:
               f"`agentdescent resume {run.path} --rounds N` adds N more")
         if run.status().get("state") == "finished" and run.result_file.exists():
             return 0
-        # Killed after its last round was saved: its end was never written. Write it now from
-        # the saved run (an idle call: nothing is measured or called).
-        spec["run_command"] = _command_line(args)
-        return _execute(run, spec, rounds=0, workers=workers,
-                        max_tokens=spec_knob(spec, "max_tokens", "run_max_tokens"),
-                        asynchronous=bool(spec.get("run_async")), patience=spec_knob(spec, "patience", "run_patience"))
+        # Killed after its last round was saved, its end never written: the call below, with
+        # nothing to run, writes it from the saved run (nothing is measured or called).
     spec["run_command"] = _command_line(args)
     return _execute(run, spec, rounds=rounds, workers=workers,
                     max_tokens=spec_knob(spec, "max_tokens", "run_max_tokens"),
