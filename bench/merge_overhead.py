@@ -11,10 +11,11 @@ Each configuration is run ``--repeats`` times on a fresh ledger, the configurati
 interleaved round-robin; the table shows the median over repeats of the mean time per
 step, the spread (min-max) of those means, and each row's ratio to the MemoryLedger at
 the same batch size. The evaluator is a table and declares itself deterministic
-(``AggregatorConfig(rescore="deterministic")``), so the paired test accepts each step's
-small graded gain once its coverage is scored, and every step commits (the ``commits``
-column shows it). The acceptance test's own arithmetic (`agentdescent.merge.acceptance.PairedTest`
-over every held-out task, fed and asked once per batch) is timed alone too.
+(``AggregatorConfig(rescore="deterministic")``), so the paired test (sampling without
+replacement) accepts each step's gain once the unscored tasks cannot undo it, and every
+step commits (the ``commits`` column shows it). The acceptance test's own arithmetic
+(`agentdescent.merge.acceptance.PairedTest` over every held-out task, fed and asked once
+per batch) is timed alone too.
 
 Run from the repository root::
 
@@ -204,22 +205,21 @@ def acceptance_arithmetic(repeats: int, n_tasks: int = HELD_OUT_TASKS, batch: in
     """The paired test alone: one decision over every held-out task, fed and asked once per batch.
 
     The worst case for the statistics: no early stop (graded pairs that never settle it
-    until the last batch), ``n_tasks / batch`` looks, each with the curtailment bound over
-    the unscored tasks kept as running per-stake sums (as the measurement keeps them).
-    Median and spread over ``repeats`` of the mean over 50 decisions.
+    until the last batch), ``n_tasks / batch`` looks of sampling without replacement, each
+    asked with the bounds on the unscored tasks (kept as suffix sums, as the measurement
+    keeps them). Median and spread over ``repeats`` of the mean over 50 decisions.
     """
     per = []
     for r in range(repeats):
         t0 = time.perf_counter()
         for k in range(50):
-            test = PairedTest(n_tasks)
-            left = test.room_logs([0.5] * n_tasks)
+            test = PairedTest(n_tasks, max_regressions=None)  # nothing stops it early
             for start in range(0, n_tasks, batch):
                 stop = min(n_tasks, start + batch)
                 for i in range(start, stop):
-                    test.add(i, 0.5 + 0.01 * ((i + k + r) % 3 - 1), 0.5)
-                left = [a - b for a, b in zip(left, test.room_logs([0.5] * (stop - start)))]
-                test.verdict(None, room_logs=left if stop < n_tasks else None)
+                    test.add(i, [(0.5 + 0.01 * ((i + k + r) % 3 - 1), 0.5)])
+                left = n_tasks - stop
+                test.verdict(0.5 * left if left else None, -0.5 * left if left else None)
         per.append(1000.0 * (time.perf_counter() - t0) / 50)
     return {"n_tasks": n_tasks, "batch": batch, "median_ms_per_decision": statistics.median(per),
             "min_ms": min(per), "max_ms": max(per), "target_ms": 1.0,

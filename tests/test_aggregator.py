@@ -54,8 +54,8 @@ def _tasks(text: str) -> set[str]:
     return {t for t in text.split(",") if t}
 
 
-#: The table evaluator's config: deterministic, declared so (a net held-out gain with no
-#: regression is accepted once ``coverage_sample`` tasks are scored, without E >= 20).
+#: The table evaluator's config: deterministic, declared so (scores are facts: a candidate is
+#: accepted once the unscored tasks cannot undo its net gain, or E >= 20).
 TABLE = AggregatorConfig(rescore="deterministic")
 #: The same, with contradictions and fusion ranked on the cheap score (``rank_by="cheap"``).
 CHEAP_RANKED = replace(TABLE, rank_by="cheap")
@@ -242,11 +242,11 @@ def test_default_config_matches_the_issue():
     assert cfg.fusion_tournament is False and cfg.fusion_requires_evidence is True
     assert (cfg.max_regressions, cfg.evidence_pool_size) == (0, 256)
     assert (cfg.pool_draw, cfg.pool_retries) == (2, 1)
-    assert (cfg.sequential, cfg.eval_batch, cfg.random_share) == (True, 4, 0.25)
+    assert (cfg.sequential, cfg.eval_batch, cfg.error_control, cfg.acceptance_null) == (True, 4, "per_decision", "full")
     assert (cfg.group_key, cfg.relevance) == (None, None)
-    assert (cfg.rescore, cfg.noise_probe, cfg.rescore_draws, cfg.coverage_sample) == ("auto", 16, 2, 4)
+    assert (cfg.rescore, cfg.noise_probe, cfg.rescore_draws, cfg.evidence_groups) == ("auto", 16, 2, None)
     assert (cfg.self_verify_gate, cfg.rank_by) == (True, "evidence")
-    assert (cfg.head_sample, cfg.futility_sample) == (16, 4)
+    assert (cfg.head_sample, cfg.futility_sample, cfg.local_regression_share) == (16, 8, 0.3)
     for removed in ("base_delta", "self_verify_counts", "futility", "min_eval_fraction"):
         assert not hasattr(cfg, removed)
     ledger = MemoryLedger()
@@ -262,7 +262,7 @@ def test_default_config_matches_the_issue():
     "kwargs",
     [{"false_accept_rate": 0.0}, {"false_accept_rate": 0.7}, {"alpha_head": -1}, {"cas_attempts": 0},
      {"trust_region_ops": 0}, {"max_regressions": -1}, {"pool_draw": -1}, {"pool_draw": 1.5},
-     {"pool_retries": 0}, {"rescore": "sometimes"}, {"rank_by": "best"}, {"coverage_sample": -1}],
+     {"pool_retries": 0}, {"rescore": "sometimes"}, {"rank_by": "best"}, {"error_control": "per_round"}],
 )
 def test_bad_config_is_refused_naming_the_knob(kwargs):
     (name,) = kwargs
@@ -290,7 +290,7 @@ def test_complementary_diffs_fuse_and_commit_together(any_ledger):
     assert report.conflicts_dropped == 0
     assert report.committed_version == 2
     assert report.accepted is not None and report.accepted.ops == {"ka": GOOD_A, "kb": GOOD_B}
-    assert "deterministic evaluation" in report.reason
+    assert "better for certain" in report.reason and report.evidence["certain"]
     history = ledger.history(ART)
     assert [e.version for e in history] == [1, 2]  # one commit for both diffs
     assert history[-1].state == {"ka": GOOD_A, "kb": GOOD_B}
@@ -299,8 +299,9 @@ def test_complementary_diffs_fuse_and_commit_together(any_ledger):
     assert meta["contributors"] == [a.diff.diff_id, b.diff.diff_id]
     assert meta["gains"] >= 1 and meta["losses"] == 0 and meta["scored"] < len(HELD_OUT)
     assert meta["e_value"] > 1
-    # p_improve is the e-value's confidence, on the report and in the ledger alike
-    assert report.p_improve == pytest.approx(1 - 1 / meta["e_value"]) == meta["p_improve"]
+    # p_improve is the e-value's confidence (1 when the full mean is better for certain), on
+    # the report and in the ledger alike
+    assert report.p_improve == 1.0 == meta["p_improve"]
     assert [committed for _, committed in alloc.calls] == [True]
     assert alloc.calls[0][0].p_improve == report.p_improve
 
@@ -796,7 +797,9 @@ def test_no_improvement_is_below_threshold():
 
 
 def test_held_out_regression_is_below_threshold():
-    ledger, agg, _, _ = make()
+    # every task scored, so the one regression is seen (a sequential evaluation may accept a
+    # candidate whose full mean is better for certain before it reaches the regressed task)
+    ledger, agg, _, _ = make(config=table_config(sequential=False))
     report = step_one(agg, card({"k": effect("h2,h3,h4,h5,h6,c1", "h0", nonce="r")}))
     assert report.outcome is MergeOutcome.BELOW_THRESHOLD
     assert "regresses 1" in report.reason
@@ -822,10 +825,10 @@ def _solves_per_its_text(diff: Diff, trajectory: Sequence[Task], task: Task) -> 
     return 1.0 if task.id in solves else 0.0
 
 
-#: An evaluation that accepts on the diff's affected tasks alone (one task per look, no
-#: coverage sample) with a ranking blind to what the diff breaks: only the L1 oracle
-#: gate's full comparison can see the damage.
-PARTIAL_VIEW = table_config(relevance=_solves_per_its_text, coverage_sample=0, eval_batch=1)
+#: An evaluation that accepts on the diff's affected tasks and a one-unit sample (the local
+#: null, bounding the share of losing units by 1.0) with a ranking blind to what the diff
+#: breaks: only the L1 oracle gate's full comparison can see the damage.
+PARTIAL_VIEW = table_config(relevance=_solves_per_its_text, acceptance_null="local", local_regression_share=1.0, eval_batch=1)
 TRAP = effect("h2", "h0,h1", nonce="trap")  # solves h2, breaks the two tasks the head passes
 
 
@@ -840,7 +843,7 @@ def test_an_accepted_l1_candidate_is_refused_by_the_oracle_gate_on_the_full_held
     assert "L1 oracle gate" in report.reason
     assert "0.1000 over all 10 task(s)" in report.reason and "0.2000" in report.reason
     assert report.p_improve is not None and 0 < report.p_improve < 0.95  # accepted without E >= 20
-    assert agg.counters["accepted_early"] == 1  # on the one affected task...
+    assert agg.counters["accepted_early"] == 1  # on the one affected task and a one-unit sample...
     assert agg.counters["held_out_tasks_scored"] == len(HELD_OUT)  # ...then the gate scored the rest
     assert ledger.head(ART)[0] == 1
     assert [c for _, c in alloc.calls] == [False]
@@ -852,7 +855,7 @@ def test_the_same_candidate_on_an_l2_artifact_commits():
     ledger, agg, _, _ = _trap(0.3)
     report = step_one(agg, card({"k": TRAP}))
     assert report.outcome is MergeOutcome.COMMITTED
-    assert agg.counters["held_out_tasks_scored"] == 1
+    assert agg.counters["held_out_tasks_scored"] == 2
     assert TableEvaluator.solved(ledger.head(ART)[1]) & {"h0", "h1"} == set()
 
 
@@ -910,9 +913,10 @@ def test_a_sequential_evaluation_stops_once_the_test_settles():
     _, agg, _, _ = make()
     report = step_one(agg, card({"k": SOLVES_ALL}))
     assert report.outcome is MergeOutcome.COMMITTED
-    batch = TABLE.eval_batch  # the first look already covers coverage_sample tasks, all gains or ties
-    assert agg.counters["held_out_tasks_scored"] == batch
-    assert agg.counters["held_out_tasks_saved"] == len(HELD_OUT) - batch > 0
+    scored = agg.counters["held_out_tasks_scored"]  # whole looks, until the rest cannot undo the gain
+    assert scored % TABLE.eval_batch == 0 and scored < len(HELD_OUT)
+    assert agg.counters["held_out_tasks_saved"] == len(HELD_OUT) - scored > 0
+    assert report.evidence["certain"]
     assert agg.counters["accepted_early"] == 1
 
 
@@ -926,26 +930,16 @@ def test_sequential_false_scores_every_task_before_deciding():
     assert ledger.history(ART)[-1].meta["scored"] == len(HELD_OUT)
 
 
-def test_an_evaluator_that_cannot_draw_again_needs_the_e_value_threshold():
-    # the default rescore="auto" with an evaluator without rescore(): the noise state stays
-    # "unknown", so a commit needs E >= 1/false_accept_rate = 20 (about six clean gains)
+def test_an_evaluator_that_cannot_draw_again_is_measured_without_replacement():
+    # the default rescore="auto" with an evaluator without rescore(): nothing can be drawn
+    # again, so its scores count as they came (facts), sampled without replacement
     ledger, agg, _, alloc = make(config=AggregatorConfig())
-    few = card({"ka": GOOD_A})  # three clean gains cannot reach 20
-    report = step_one(agg, few)
-    assert report.outcome is MergeOutcome.BELOW_THRESHOLD and report.p_improve < 0.95
-    assert agg.noise.state == "unknown"
-    assert agg.counters["pooled_for_evidence"] == 1 and agg.evidence_pool == (few,)
-    many = card({"k": SOLVES_ALL})
-    report = step_one(agg, many)  # the pooled card is drawn and fused with it
-    assert report.outcome is MergeOutcome.COMMITTED and report.fused
-    meta = ledger.history(ART)[-1].meta
-    assert meta["contributors"] == [many.diff.diff_id, few.diff.diff_id]
-    assert meta["e_value"] >= 20 and meta["gains"] >= 6 and meta["losses"] == 0
-    assert report.p_improve == pytest.approx(1 - 1 / meta["e_value"])
-    assert report.p_improve >= 0.95
-    assert "paired test passed" in report.reason
-    assert agg.noise.state == "unknown"
-    assert [c for _, c in alloc.calls] == [False, True]
+    report = step_one(agg, card({"ka": GOOD_A}))  # three gains; the head passes two tasks
+    assert report.outcome is MergeOutcome.COMMITTED, report.reason
+    assert report.evidence["sampling"] == "without-replacement" and report.evidence["certain"]
+    assert agg.noise.state == "unknown" and agg.counters["probe_redraws"] == 0
+    assert agg.counters["held_out_draws"] == 0
+    assert [c for _, c in alloc.calls] == [True]
 
 
 # --------------------------------------------------------------------------- CAS
@@ -1519,12 +1513,12 @@ def test_memory_state_dict_round_trips_through_json_into_a_fresh_aggregator():
     assert [row["trajectory"] for row in state["committed"]] == [["h2"], ["h8"]]
     assert [Diff.from_json(row["diff"]).ops for row in state["committed"]] == [
         {"ka": effect("h2,h3,h4,c1", nonce="A")}, {"kc": effect("h8,h9", nonce="C")}]
-    assert state["clean_uses"] == agg.measurer.clean_uses > 0  # v3's evaluation reused clean head scores
+    assert state["decisions"] == agg.measurer.decisions == 2  # per-run control numbers decisions on
     fresh = Aggregator(ledger, ev, TABLE)
-    assert fresh.memory_state_dict() == {"committed": [], "clean_uses": 0}
+    assert fresh.memory_state_dict() == {"committed": [], "decisions": 0}
     fresh.load_memory_state_dict(state, {t.id: t for t in ev.held_out_tasks})
     assert fresh.memory_state_dict() == state
-    assert fresh.measurer.clean_uses == agg.measurer.clean_uses
+    assert fresh.measurer.decisions == agg.measurer.decisions
 
 
 def test_memory_keeps_the_last_remembered_commits_and_drops_unknown_tasks(monkeypatch):
@@ -1540,10 +1534,10 @@ def test_memory_keeps_the_last_remembered_commits_and_drops_unknown_tasks(monkey
 @pytest.mark.parametrize("remembered", [True, False])
 def test_a_resumed_aggregator_decides_and_spends_as_the_uninterrupted_one(remembered):
     """A stale self-verified card after the two commits: the uninterrupted run reuses its self-verify for the
-    rebase check (no commit since its base touches its task) and spot-checks the head on its schedule; a
+    rebase check (no commit since its base touches its task) and numbers its decision on; a
     run resumed from JSON with its memory does the same, call for call; one without it verifies again."""
     late = card({"kb": effect("h5,h6,c2", nonce="B")}, base=2, refs=["h5"], verified=True, delta=0.5)
-    keys = ("rebase_checks_reused", "rebase_verifications", "head_tasks_reused", "head_tasks_scored",
+    keys = ("rebase_checks_reused", "rebase_verifications", "head_tasks_scored",
             "held_out_tasks_scored")
 
     ledger, agg, ev = _two_commits()
@@ -1566,7 +1560,7 @@ def test_a_resumed_aggregator_decides_and_spends_as_the_uninterrupted_one(rememb
     after = ({k: resumed.counters[k] for k in keys}, ev.held_out_calls - calls, report.outcome, ledger.head(ART)[1])
     if remembered:
         assert after == uninterrupted
-        assert resumed.measurer.clean_uses == agg.measurer.clean_uses
+        assert resumed.measurer.decisions == agg.measurer.decisions
     else:
         assert after[0]["rebase_checks_reused"] == 0 and after[0]["rebase_verifications"] == 1
         assert after != uninterrupted

@@ -98,7 +98,7 @@ def test_each_look_is_named_on_both_sides_before_it_is_read_and_read_as_without_
             assert k + 2 >= len(ev.log) or ev.log[k + 2][0] == "prefetch"
 
 
-def test_the_head_plan_reuses_the_same_clean_scores_as_before():
+def test_a_second_candidate_does_not_name_the_heads_known_scores_again():
     """A second candidate on the same head: the head's known scores are not named again."""
     ev = PrefetchingTable()
     m = measurer(ev)
@@ -106,7 +106,7 @@ def test_the_head_plan_reuses_the_same_clean_scores_as_before():
     first = {i for kind, batches in ev.log if kind == "prefetch" for name, idx in batches if name == "head"
              for i in idx}
     ev.log.clear()
-    m.measure(prepared(diff("refund-junk", "refund")))
+    m.measure(prepared(diff("junk", "refund")))
     named = [i for kind, batches in ev.log if kind == "prefetch" for name, idx in batches if name == "head"
              for i in idx]
     read = [i for kind, (name, idx) in ev.log if kind == "read" and name == "head" for i in idx]

@@ -150,10 +150,10 @@ def test_the_engines_signatures_come_from_the_config_with_one_default_each() -> 
     ("cas_attempts", 0), ("trust_region_ops", 1.0), ("max_regressions", "0"), ("max_regressions", -1),
     ("pool_draw", True), ("pool_retries", 0), ("eval_batch", 0), ("eval_batch", "4"), ("sequential", 1),
     ("fusion_tournament", "yes"), ("fusion_requires_evidence", 1), ("evidence_pool_size", 0),
-    ("random_share", 1.0), ("random_share", -0.1), ("group_key", ""), ("group_key", 3),
+    ("error_control", "per_round"), ("acceptance_null", "half"), ("local_regression_share", 0.0), ("evidence_groups", ""), ("evidence_groups", 3), ("group_key", ""), ("group_key", 3),
     ("relevance", "by words"), ("relevance", lambda diff: 0.0),
     ("rescore", "sometimes"), ("rescore", -1), ("rescore", 21), ("rescore", True), ("noise_probe", 0),
-    ("rescore_draws", 0), ("coverage_sample", -1), ("self_verify_gate", 1), ("rank_by", "best"),
+    ("rescore_draws", 0), ("self_verify_gate", 1), ("rank_by", "best"),
     ("head_sample", 0), ("futility_sample", -1), ("futility_sample", 1.5),
 ])
 def test_aggregator_config_refuses_bad_knobs(knob: str, value: Any) -> None:
@@ -169,7 +169,7 @@ def test_the_knobs_of_the_old_acceptance_rule_are_gone(knob: str) -> None:
 
 @pytest.mark.parametrize(("knob", "value"), [
     ("false_accept_rate", 0.5), ("false_accept_rate", 1e-6), ("rescore", "deterministic"), ("rescore", 0),
-    ("rescore", 20), ("random_share", 0.0), ("coverage_sample", 0), ("rank_by", "cheap"), ("futility_sample", 0),
+    ("rescore", 20), ("error_control", "per_run"), ("acceptance_null", "local"), ("local_regression_share", 1.0), ("evidence_groups", "group"), ("rank_by", "cheap"), ("futility_sample", 0),
     ("max_regressions", None), ("relevance", lambda diff, trajectory, task: 1.0),
 ])
 def test_aggregator_config_takes_the_edges_of_each_range(knob: str, value: Any) -> None:

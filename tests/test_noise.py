@@ -1,7 +1,8 @@
 """Is the evaluation stochastic? (`agentdescent.merge.noise.NoiseMonitor`).
 
 The states (unknown, deterministic, noisy, fixed), how free probes and re-draws move them,
-how many extra draws a discordant pair gets in each, the counters, and a resumed monitor.
+`declared`, how many extra draws a would-be regression gets in each state, the counters,
+and a resumed monitor.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from hypothesis import strategies as st
 
 from agentdescent.merge.noise import NoiseMonitor
 
-STATS_KEYS = {"state", "free_probes", "redraws", "agreements", "disagreements", "disagreement_rate",
-              "rescored_pairs", "overturned"}
+STATS_KEYS = {"state", "free_probes", "redraws", "agreements", "disagreements", "disagreement_rate"}
 
 
 @pytest.mark.parametrize("mode,state", [("auto", "unknown"), ("deterministic", "deterministic"),
@@ -26,16 +26,18 @@ def test_the_mode_sets_the_starting_state(mode, state):
     assert monitor.state == state
     assert monitor.deterministic is (state == "deterministic")
     assert monitor.disagreement_rate is None
+    assert monitor.stats() == {"state": state, "free_probes": 0, "redraws": 0, "agreements": 0,
+                               "disagreements": 0, "disagreement_rate": None}
 
 
-def test_an_unknown_monitor_redraws_every_discordant_pair_once():
-    """While unknown, every discordant pair, gain or loss, gets one extra draw per side (not ``draws``)."""
+def test_an_unknown_monitor_gives_one_extra_draw_per_side():
     monitor = NoiseMonitor("auto", draws=3)
     assert [monitor.extra_draws() for _ in range(5)] == [1] * 5
-    monitor.observe((1.0, 0.0), ([1.0], [0.0]), overturned=False)  # a re-drawn pair that agreed
+    monitor.observe_redraw(1.0, 1.0)
     assert monitor.state == "unknown" and monitor.extra_draws() == 1
     with pytest.raises(TypeError):
-        monitor.extra_draws(True)  # whether the pair would be a regression no longer matters
+        monitor.extra_draws(True)  # whether the pair would be a regression does not matter
+    assert not hasattr(monitor, "observe")  # the pair-level observation is gone: re-draws only
 
 
 def test_probe_agreements_make_it_deterministic_and_then_nothing_is_redrawn():
@@ -47,6 +49,7 @@ def test_probe_agreements_make_it_deterministic_and_then_nothing_is_redrawn():
     monitor.observe_free(0.0, 0.0)
     assert monitor.state == "deterministic" and monitor.deterministic
     assert monitor.extra_draws() == 0
+    assert not monitor.declared  # learned, not declared
 
 
 def test_the_first_disagreement_makes_it_noisy_for_good():
@@ -65,18 +68,31 @@ def test_a_disagreement_after_deterministic_makes_it_noisy():
     monitor.observe_redraw(1.0, 1.0)
     assert monitor.deterministic
     monitor.observe_redraw(1.0, 0.0)
-    assert monitor.state == "noisy"
+    assert monitor.state == "noisy" and not monitor.deterministic
 
 
-def test_declared_deterministic_is_deterministic_until_a_disagreement():
+def test_declared_deterministic_is_declared_until_a_disagreement():
     monitor = NoiseMonitor("deterministic", probe=100)
-    assert monitor.deterministic
+    assert monitor.deterministic and monitor.declared
     assert monitor.extra_draws() == 0
     monitor.observe_free(0.3, 0.3)
-    assert monitor.deterministic
-    monitor.observe_free(0.3, 0.7)
+    assert monitor.deterministic and monitor.declared
+    monitor.observe_redraw(0.3, 0.7)
     assert monitor.state == "noisy"
+    assert not monitor.declared and not monitor.deterministic
     assert monitor.extra_draws() == 2
+
+
+@pytest.mark.parametrize("mode", ["auto", 1, 5])
+def test_only_a_declaration_is_declared(mode):
+    monitor = NoiseMonitor(mode, probe=1)
+    monitor.observe_redraw(1.0, 1.0)
+    assert not monitor.declared
+
+
+def test_mode_zero_is_declared():
+    """The docstring: "declared (``mode="deterministic"``, or 0) and nothing contradicted it"."""
+    assert NoiseMonitor(0).declared
 
 
 @pytest.mark.parametrize("draws", [0, 1, 5])
@@ -85,10 +101,11 @@ def test_a_fixed_mode_always_redraws_that_many_and_never_learns(draws):
     assert monitor.extra_draws() == draws
     monitor.observe_free(1.0, 1.0)
     assert monitor.state == "fixed" and monitor.extra_draws() == draws  # one agreement is not "deterministic"
-    monitor.observe_free(1.0, 0.0)
+    monitor.observe_redraw(1.0, 0.0)
     assert monitor.state == "fixed" and not monitor.deterministic
     assert monitor.extra_draws() == draws
     assert (monitor.agreements, monitor.disagreements) == (1, 1)  # still counted
+    assert monitor.disagreement_rate == pytest.approx(0.5)
 
 
 def test_agreement_is_equality_within_a_nanounit():
@@ -97,19 +114,6 @@ def test_agreement_is_equality_within_a_nanounit():
     assert monitor.agreements == 1 and monitor.disagreements == 0
     monitor.observe_free(0.5, 0.5 + 1e-6)
     assert monitor.disagreements == 1
-
-
-def test_observe_counts_a_rescored_pair_and_every_draw_against_its_own_first():
-    monitor = NoiseMonitor("auto", probe=100)
-    # candidate first 1.0, drawn again 1.0 and 0.0; head first 0.0, drawn again 0.0 and 0.0.
-    monitor.observe((1.0, 0.0), ([1.0, 0.0], [0.0, 0.0]), overturned=False)
-    assert monitor.rescored_pairs == 1 and monitor.overturned == 0
-    assert monitor.redraws == 4
-    assert (monitor.agreements, monitor.disagreements) == (3, 1)
-    assert monitor.state == "noisy"
-    monitor.observe((1.0, 0.0), ([0.0], [1.0]), overturned=True)
-    assert monitor.rescored_pairs == 2 and monitor.overturned == 1
-    assert monitor.disagreement_rate == pytest.approx(3 / 6)
 
 
 def test_free_probes_and_redraws_are_counted_apart():
@@ -128,22 +132,35 @@ def test_free_probes_and_redraws_are_counted_apart():
 
 def test_load_state_dict_goes_on_from_saved_stats():
     monitor = NoiseMonitor("auto", probe=4)
-    for _ in range(4):
+    for _ in range(3):
         monitor.observe_free(1.0, 1.0)
-    monitor.observe((1.0, 0.0), ([1.0], [0.0]), overturned=False)
+    monitor.observe_redraw(0.0, 0.0)
     saved = json.loads(json.dumps(monitor.stats()))
     resumed = NoiseMonitor("auto", probe=4)
     resumed.load_state_dict(saved)
     assert resumed.stats() == monitor.stats()
-    assert resumed.deterministic
-    resumed.observe_free(0.0, 1.0)  # and it goes on learning
+    assert resumed.deterministic and not resumed.declared
+    resumed.observe_redraw(0.0, 1.0)  # and it goes on learning
     assert resumed.state == "noisy" and resumed.disagreements == 1
+
+
+def test_load_state_dict_of_an_unknown_state_goes_on_counting_to_the_probe():
+    monitor = NoiseMonitor("auto", probe=4)
+    monitor.observe_redraw(1.0, 1.0)
+    monitor.observe_redraw(1.0, 1.0)
+    resumed = NoiseMonitor("auto", probe=4)
+    resumed.load_state_dict(monitor.stats())
+    assert resumed.state == "unknown" and resumed.agreements == 2
+    resumed.observe_redraw(1.0, 1.0)
+    assert resumed.state == "unknown"
+    resumed.observe_redraw(1.0, 1.0)
+    assert resumed.deterministic
 
 
 def test_load_state_dict_of_an_empty_state_keeps_the_mode_state():
     monitor = NoiseMonitor("deterministic")
     monitor.load_state_dict({})
-    assert monitor.deterministic and monitor.agreements == 0
+    assert monitor.deterministic and monitor.declared and monitor.agreements == 0
 
 
 def test_concurrent_observations_are_all_counted():
@@ -167,7 +184,7 @@ def test_concurrent_observations_are_all_counted():
 # --------------------------------------------------------------------------- properties
 
 
-observation = st.tuples(st.sampled_from(["free", "redraw", "pair"]), st.booleans())
+observation = st.tuples(st.sampled_from(["free", "redraw"]), st.booleans())
 
 
 @settings(max_examples=300, deadline=None)
@@ -176,16 +193,14 @@ observation = st.tuples(st.sampled_from(["free", "redraw", "pair"]), st.booleans
 def test_a_learning_monitor_is_noisy_after_its_first_disagreement_for_good(history, probe, mode):
     """State = noisy iff a disagreement was seen; else deterministic iff declared or ``probe`` agreed; else unknown."""
     monitor = NoiseMonitor(mode, probe=probe, draws=2)
-    agreements = disagreements = 0
+    agreements = disagreements = free = redraws = 0
     for kind, agree in history:
         if kind == "free":
             monitor.observe_free(1.0, 1.0 if agree else 0.0)
-        elif kind == "redraw":
-            monitor.observe_redraw(0.25, 0.25 if agree else 0.75)
+            free += 1
         else:
-            monitor.observe((1.0, 0.0), ([1.0], [0.0 if agree else 1.0]), overturned=not agree)
-        if kind == "pair":
-            agreements += 1  # the candidate's side is drawn again the same
+            monitor.observe_redraw(0.25, 0.25 if agree else 0.75)
+            redraws += 1
         agreements += agree
         disagreements += not agree
         if disagreements:
@@ -195,7 +210,10 @@ def test_a_learning_monitor_is_noisy_after_its_first_disagreement_for_good(histo
         else:
             expected = "unknown"
         assert monitor.state == expected
+        assert monitor.deterministic is (expected == "deterministic")
+        assert monitor.declared is (expected == "deterministic" and mode == "deterministic")
         assert monitor.extra_draws() == {"noisy": 2, "deterministic": 0, "unknown": 1}[expected]
     assert (monitor.agreements, monitor.disagreements) == (agreements, disagreements)
+    assert (monitor.free_probes, monitor.redraws) == (free, redraws)
     seen = agreements + disagreements
     assert monitor.disagreement_rate == (disagreements / seen if seen else None)

@@ -408,7 +408,7 @@ def test_a_real_run_against_a_loopback_model(tmp_path, monkeypatch):
     parsed = parse(page)
     assert KEY not in page
     commits = parsed.section("commits")
-    assert "v1 → v2 · round 1" in commits and f"+- {RULE}" in commits and "paired test passed" in commits
+    assert "v1 → v2 · round 1" in commits and f"+- {RULE}" in commits and "the full held-out mean is better for certain" in commits
     rows = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
     evidence = [d["evidence"] for r in rows for d in r.get("decisions") or [] if d.get("evidence")] or \
         [x["evidence"] for h in result["history"] for x in h["reports"] if x.get("evidence")]

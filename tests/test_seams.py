@@ -95,8 +95,8 @@ def test_a_duck_typed_evaluator_runs_end_to_end(engine):
     It has no ``rescore`` (it cannot draw a score again), so the run cannot learn by itself
     that its table of rewards is deterministic, and three held-out tasks could never reach
     the paired test's threshold (E >= 20) on the e-value alone. Its owner knows it is a
-    table and says so, ``rescore="deterministic"``: a net held-out gain with no regression
-    is then enough.
+    table and says so, ``rescore="deterministic"``: its scores are then facts, and a gain
+    the unscored tasks cannot undo is accepted for certain.
     """
     evaluator = DuckEvaluator()
 
@@ -109,7 +109,8 @@ def test_a_duck_typed_evaluator_runs_end_to_end(engine):
     assert result.committed > 0
     assert result.counters["noise"]["state"] == "deterministic"
     committed = [r for h in result.history for r in h.reports if r.outcome is MergeOutcome.COMMITTED]
-    assert committed and all("deterministic evaluation" in r.reason for r in committed)
+    assert committed and all(r.evidence["sampling"] == "without-replacement" for r in committed)
+    assert all(r.evidence["certain"] or r.evidence["e_value"] >= 20 for r in committed)
 
 
 class SixMethodLedger:

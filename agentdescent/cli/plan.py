@@ -26,6 +26,7 @@ from ..agents.llm import DEFAULT_EDIT_TEMPLATE, DEFAULT_PROPOSE_TEMPLATE, DEFAUL
 from ..agents.proposals import DEFAULT_MAX_CHARS, is_blank_artifact
 from ..code.suite import MAX_FEEDBACK_CHARS
 from ..errors import ProviderAuthError, ProviderError, UsageError
+from ..merge.acceptance import DRAWS_PER_UNIT
 from ..merge.aggregator import AggregatorConfig
 from ..rewards.builtin import FEEDBACK_LIMIT
 from ..tokens import estimate_tokens
@@ -170,7 +171,7 @@ class _Basis:
         n_held, k = len(self.held), min(len(self.held), self.typical.scored)
         if self.stratify:  # the held-out tasks of a card's group count as affected: all scored, then the sample
             groups = {str(x.meta[self.stratify]) for x in self.held}
-            k = min(n_held, max(k, math.ceil(n_held / len(groups)) + self.cfg.coverage_sample))
+            k = min(n_held, max(k, math.ceil(n_held / len(groups)) + self.cfg.futility_sample))
         return k
 
     @property
@@ -253,7 +254,8 @@ def _maximum(b: _Basis) -> dict[str, Any]:
     """The most calls and tokens: every rollout proposes, every round evaluates a candidate with every re-draw."""
     cfg, w = b.cfg, b.workers
     cards = w + cfg.pool_draw
-    solves_round = 2 * w + 2 * cards + (3 + 2 * cfg.rescore_draws) * len(b.held)
+    # a noisy evaluation: up to DRAWS_PER_UNIT draws per task, both sides, each a would-be regression
+    solves_round = 2 * w + 2 * cards + 2 * DRAWS_PER_UNIT * (1 + cfg.rescore_draws) * len(b.held)
     round_max = [solves_round * b.solve_max(b.art_max(r + 1)) + w * b.propose_max(b.art_max(r)) for r in range(b.rounds)]
     s0 = b.head_sample
     return {"calls": s0 + cfg.noise_probe + b.rounds * (solves_round + w),
@@ -268,9 +270,10 @@ def _expected(b: _Basis) -> dict[str, Any]:
     changes = b.changes
     head = k * (max(0.0, 1.0 - b.head_sample / len(b.held)) + t.commit / 2)
     pairs = k * t.discordant
-    redraws = 3 * pairs if b.sampled else 0.0
-    learning = 0.0 if b.sampled else min(b.cfg.noise_probe, b.rounds * eval_share * 2 * pairs)
-    eval_calls = k + head + redraws
+    # noisy: every scored task is a fresh draw on both sides; half the discordant ones look
+    # like regressions and are confirmed with rescore_draws more draws a side
+    eval_calls = (2 * k + b.cfg.rescore_draws * pairs) if b.sampled else k + head
+    learning = float(min(b.cfg.noise_probe, len(b.held))) if not b.sampled else 1.0
     round_e = []
     for r in range(b.rounds):
         a = b.start + r * b.grow
@@ -312,10 +315,10 @@ def plan_numbers(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, worke
     draw 16 more. Each round at most: ``workers`` rollouts, proposals and self-verify
     re-runs; two rebase re-verification calls for each of the round's cards and the
     ``pool_draw`` = 2 cards drawn from the evidence pool; and one candidate's held-out
-    evaluation, ``7 * H`` calls for ``H`` held-out tasks: the candidate and the head on
-    each task (the head once per task and version), 2 more draws a side of every task
-    they differ on once the evaluation is noisy, and one more draw of each head score a
-    free check found changed. Tokens per call: the longest task prompt, the artifact as
+    evaluation, ``12 * H`` calls for ``H`` held-out tasks: once the evaluation is noisy,
+    up to 2 fresh draws of each task on both sides, and 2 more draws a side of every
+    draw that looks like a regression (a deterministic evaluation scores each task once
+    per state: at most ``2 * H``). Tokens per call: the longest task prompt, the artifact as
     long as that round's commits can make it (each proposal is at most 400 characters,
     a rewrite 4,000), the proposal template with the rollout's reply and the reward's
     feedback quoted, ``FRAMING_MAX`` for the chat template, and a reply at the per-call
@@ -328,12 +331,12 @@ def plan_numbers(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, worke
     **Expected.** The same steps with the shares of ``typical``: ``workers * fail``
     proposals a round, ``change`` of them re-run, and a round evaluates a candidate with
     probability ``1 - (1 - improve) ** (workers * fail * change)``, on ``scored`` held-out
-    tasks (with ``stratify``, at least a group's held-out tasks and ``coverage_sample`` = 4
+    tasks (with ``stratify``, at least a group's held-out tasks and ``futility_sample`` = 8
     others); the head is scored where the starting sample did not cover them and on half
     of them after a commit; with a sampled model (a temperature other than 0) every
-    discordant task is drawn again, 3 calls each on average (one a side while the run
-    does not know yet, two once it has seen noise), with temperature 0 the re-draws stop
-    after the first 16 agreeing ones. Replies are ``probe``'s reply length, else half the
+    scored task is a fresh draw on both sides (2 calls), and half the discordant ones are
+    confirmed as regressions with 2 more draws a side; with temperature 0 the noise probe
+    draws the head again on up to 16 tasks, once. Replies are ``probe``'s reply length, else half the
     per-call limit, else ``typical.reply``.
 
     Args:
@@ -451,9 +454,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if p["sampled"]:
         temp = spec.get("temperature")
         noise = (f"a sampled model (temperature {temp if temp is not None else 'the provider default'}): "
-                 "tasks the candidate and the head differ on are drawn again")
+                 "every scored task is a fresh draw on both sides")
     else:
-        noise = "temperature 0: no re-draws once 16 have agreed"
+        noise = "temperature 0: each task scored once per state, after a 16-draw noise probe"
     print(f"expected assumes {_share(t.fail)} rollouts fail and propose, {_share(t.change)} proposals change the "
           f"artifact, {_share(t.improve)} changes improve their own task: {_share(p['eval_share'])} rounds "
           f"evaluate a candidate, on {p['scored']} held-out tasks; {reply}; {noise}")

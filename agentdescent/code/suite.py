@@ -292,9 +292,9 @@ class TestSuite(SandboxedReward[SuiteRun]):
         """The keyword arguments of `evolve`/`async_evolve` that evolve this project's tree.
 
         ``tasks`` (the tests), ``run`` and ``reward`` (this suite), ``strategy`` (the tree),
-        ``initial_state`` (the project's files) and ``agg_config`` (deterministic
-        rescoring: a test's result on one tree is a fact, so a net gain with no regression
-        is accepted; ``sequential=False``: a candidate is scored on every held-out test,
+        ``initial_state`` (the project's files) and ``agg_config`` (declared
+        deterministic: a test's result on one tree is a fact, sampled without replacement;
+        ``sequential=False``: a candidate is scored on every held-out test,
         which one suite run gives at once, so the head's held-out reward is measured, never
         inherited; `veto` as its ``commit_veto``, so no commit breaks any test the head
         passes; the trust region sized for whole files), updated with ``overrides``.

@@ -156,7 +156,7 @@ class Aggregator:
 
     @property
     def noise(self) -> NoiseMonitor:
-        """What re-scoring discordant pairs showed (`agentdescent.merge.noise.NoiseMonitor`)."""
+        """What the noise probe and the re-draws showed (`agentdescent.merge.noise.NoiseMonitor`)."""
         return self.measurer.noise
 
     def measure_head(self, artifact_id: str, sample: int) -> HeadEstimate:
@@ -204,15 +204,15 @@ class Aggregator:
         The diffs committed here for the last
         `agentdescent.merge.prepare.REMEMBERED_COMMITS` versions of each artifact (with
         their trajectory tasks' ids: the rebase checks that reuse a self-verify read them)
-        and the measurement's spot-check count, so a resumed run decides as the
+        and the number of measured decisions (per-run error control spends its rate over them), so a resumed run decides as the
         uninterrupted one would.
         """
-        return {"committed": self.memory.state_dict(), "clean_uses": self.measurer.clean_uses}
+        return {"committed": self.memory.state_dict(), "decisions": self.measurer.decisions}
 
     def load_memory_state_dict(self, state: Mapping[str, Any], tasks: Mapping[str, Task]) -> None:
         """Put back a `memory_state_dict` (task ids no longer known are dropped)."""
         self.memory.load_state_dict(state.get("committed", []), tasks)
-        self.measurer.clean_uses = int(state.get("clean_uses", 0))
+        self.measurer.decisions = int(state.get("decisions", 0))
 
     def head_state_dict(self, artifact_id: str, version: int) -> dict[str, Any]:
         """The scores known for ``version``, JSON-ready (saved with a run's progress)."""

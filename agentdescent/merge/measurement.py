@@ -1,16 +1,17 @@
 """One candidate's held-out evaluation: the paired sequential test, scored batch by batch.
 
-This module owns `Measurer`, the part of the aggregator that spends held-out calls: it
-orders a candidate's held-out tasks (`agentdescent.merge.acceptance.evaluation_order`, affected
-tasks first by `agentdescent.merge.relevance.Relevance`), scores them batch by batch on the
-candidate and, where the head has no score yet, on the head (kept per version in
-`agentdescent.merge.scoreboard.Scoreboard`), re-scores discordant pairs as the
-`agentdescent.merge.noise.NoiseMonitor` says, feeds `agentdescent.merge.acceptance.PairedTest`, and
-stops once the test settles. Each look's tasks, on both sides, are named before any of them is
-scored (`Evaluator.prefetch`, so an evaluator can start them together); the scores are then
-read and fed to the test in the same fixed order, whenever their calls ran. It also scores
-the starting head's sample and, for the L1 oracle gate, the rest of an accepted candidate's
-tasks.
+This module owns `Measurer`, the part of the aggregator that spends held-out calls. It
+groups the held-out tasks into units of evidence (`agentdescent.merge.units.evidence_units`), learns whether a score
+is a fact or a draw (`agentdescent.merge.noise.NoiseMonitor`), and feeds
+`agentdescent.merge.acceptance.PairedTest` look by look until it settles: in a deterministic
+evaluation the units the diff plausibly changes (`agentdescent.merge.relevance.Relevance`)
+first and in full, then the others in a seeded uniformly random order, each scored once on
+the candidate and, where the head has no score at this version yet, on the head (kept per
+version in `agentdescent.merge.scoreboard.Scoreboard`); in a noisy one, units drawn with
+replacement and scored afresh on both sides. Each deterministic look's tasks, on both sides,
+are named before any of them is scored (`Evaluator.prefetch`, so an evaluator can start them
+together). It also scores the starting head's sample and, for the L1 oracle gate, the rest
+of an accepted candidate's tasks.
 
 It also owns the `Evaluator` seam (what it asks of whoever scores states). It must not
 commit, read the clock or use the global RNG: the order is seeded by the head version and
@@ -20,26 +21,21 @@ the diff.
 from __future__ import annotations
 
 import collections
-import math
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..seams import Seam
 from ..types import Diff, EvidenceCard, Task, stable_hash
-from .acceptance import AcceptanceDecision, PairedTest, evaluation_order
+from .acceptance import AcceptanceDecision, PairedTest, run_level
 from .governance import Layer
 from .noise import NoiseMonitor
 from .relevance import Relevance
 from .scoreboard import HeadEstimate, Scoreboard
+from .units import evidence_units
 
-__all__ = ["SPOT_CHECK_EVERY", "Evaluator", "Measurement", "Measurer", "Prepared"]
-
-#: In a deterministic evaluation, one in this many reusable (clean) head scores is measured
-#: again anyway: the free check that would notice noise, or a commit the relevance ranking
-#: missed, goes on at a quarter of its cost.
-SPOT_CHECK_EVERY = 4
-
+__all__ = ["CONFIRM_GAINS", "STRATUM_SHARE", "Evaluator", "Measurement", "Measurer", "Prepared"]
 
 class Evaluator(Seam):
     """Scores artifact states for the aggregator.
@@ -94,10 +90,11 @@ class Evaluator(Seam):
     def rescore(self, artifact_id: str, state: Mapping[str, str], indices: Sequence[int]) -> Sequence[float] | None:
         """Fresh draws of ``state``'s rewards on the held-out tasks at ``indices`` (repeats allowed), or None.
 
-        The noise-aware acceptance test re-scores a discordant pair before it counts when
-        the evaluation is stochastic (a sampled model, a noisy reward): a cached score is
-        one draw. The default cannot draw again (None), and the test then takes every score
-        as it came; the engines' evaluator bypasses its cache.
+        When the evaluation is stochastic (a sampled model, a noisy reward) a cached score
+        is one draw: the acceptance test then draws both sides afresh for every piece of
+        evidence, and the noise probe and the confirming draws use this too. The default
+        cannot draw again (None), and the test then takes every score as it came (a fact);
+        the engines' evaluator bypasses its cache.
         """
         return None
 
@@ -160,40 +157,14 @@ class Measurement:
     touched: set[int] = field(default_factory=set)
 
 
-@dataclass(frozen=True)
-class _HeadPlan:
-    """What `Measurer._head_scores_on` will do on some tasks: score ``missing``, reuse ``reused``."""
-
-    missing: list[int]
-    reused: dict[int, float]
-    clean_uses: int  # `Measurer.clean_uses` once the plan is followed
-
-
-class _Room:
-    """The curtailment bound's terms along one candidate's order, summed from the back once.
-
-    For each stake, ``log(1 + lam * room)`` of every task in the order, as suffix sums, so
-    the bound over the unscored tasks (a suffix) or over the next few (a slice) costs one
-    subtraction per stake instead of a pass over the tasks: a look stays O(stakes).
-    """
-
-    def __init__(self, test: PairedTest, order: Sequence[int], room: Sequence[float]) -> None:
-        self.size = len(order)
-        self._suffix = []
-        for lam in test.bets:
-            sums = [0.0] * (self.size + 1)
-            for j in range(self.size - 1, -1, -1):
-                r = room[j]
-                sums[j] = sums[j + 1] + (math.log1p(lam * r) if r > 0 else 0.0)
-            self._suffix.append(sums)
-
-    def between(self, start: int, stop: int) -> list[float]:
-        """Per stake, the log terms of the tasks at positions ``start..stop-1`` of the order."""
-        return [s[start] - s[stop] for s in self._suffix]
-
-    def after(self, start: int) -> list[float] | None:
-        """Per stake, the log terms of every task from position ``start`` on (None: none left)."""
-        return self.between(start, self.size) if start < self.size else None
+#: In a learned (not declared) deterministic evaluation, an accepted candidate's gains are
+#: drawn again on both sides, up to this many, before it commits: a noisy evaluator that
+#: fooled the noise probe shows itself exactly where noise would have made the gains.
+CONFIRM_GAINS = 4
+#: The stratum holds at most this share of the held-out units (the most relevant ones): a
+#: diff whose text matches most prompts would otherwise have every task scored before the
+#: random order could reject it.
+STRATUM_SHARE = 0.25
 
 
 class Measurer:
@@ -202,9 +173,10 @@ class Measurer:
     Args:
         evaluator: the aggregator's evaluator.
         config: the aggregator's `agentdescent.merge.aggregator.AggregatorConfig` (read:
-            ``false_accept_rate``, ``max_regressions``, ``sequential``, ``eval_batch``,
-            ``random_share``, ``group_key``, ``relevance``, ``rescore``, ``noise_probe``,
-            ``rescore_draws``).
+            ``false_accept_rate``, ``error_control``, ``acceptance_null``,
+            ``local_regression_share``, ``evidence_groups``, ``max_regressions``,
+            ``sequential``, ``eval_batch``, ``group_key``, ``relevance``, ``rescore``,
+            ``noise_probe``, ``rescore_draws``, ``futility_sample``).
         counters: the aggregator's counters (``held_out_tasks_scored``, ``head_tasks_scored``...).
     """
 
@@ -215,10 +187,10 @@ class Measurer:
         self.noise = NoiseMonitor(config.rescore, config.noise_probe, config.rescore_draws)
         self._scoreboard: Scoreboard | None = None
         self._relevance: Relevance | None = None
-        #: reusable clean head scores met so far (every `SPOT_CHECK_EVERY`-th is measured again)
-        self.clean_uses = 0
-        self._reused_at: dict[tuple[str, int], set[int]] = {}  # clean scores reused, per version
-        self._head_revised = False  # a stale reuse was found and re-scored: rebuild the test
+        self._units: list[list[int]] | None = None
+        #: measured decisions so far (per-run error control spends its rate over them)
+        self.decisions = 0
+        self._cannot_redraw = False
 
     @property
     def scoreboard(self) -> Scoreboard:
@@ -228,6 +200,19 @@ class Measurer:
             n = len(tasks) if tasks is not None else len(self.evaluator.held_out("", {}))
             self._scoreboard = Scoreboard(n)
         return self._scoreboard
+
+    @property
+    def units(self) -> list[list[int]]:
+        """The held-out units of evidence (`evidence_units`, from ``evidence_groups``)."""
+        if self._units is None:
+            self._units = evidence_units(self.evaluator.held_out_tasks, self.scoreboard.n_tasks,
+                                         self.config.evidence_groups)
+        return self._units
+
+    def level(self, decision: int) -> float:
+        """The false-accept rate decision number ``decision`` is tested at (`agentdescent.merge.acceptance.run_level`)."""
+        rate = self.config.false_accept_rate
+        return run_level(rate, decision) if self.config.error_control == "per_run" else rate
 
     def measure_head(self, artifact_id: str, version: int, state: Mapping[str, str], sample: int) -> HeadEstimate:
         """Score the current head on ``sample`` held-out tasks (seeded order), unless it has scores already.
@@ -250,233 +235,312 @@ class Measurer:
             self.counters["head_tasks_scored"] += len(missing)
         return board.estimate(artifact_id, version)
 
-    def _head_plan(self, artifact_id: str, version: int, indices: Sequence[int]) -> _HeadPlan:
-        """Which of ``indices`` `_head_scores_on` will score on the head, and which clean scores it reuses.
-
-        Pure (it reads the scoreboard and counts clean uses ahead without keeping the
-        count), so `measure` can name the head's tasks before anything of the look is
-        scored; `_head_scores_on` keeps the count when it follows the plan.
-        """
+    def _head_scores(self, artifact_id: str, version: int, state: Mapping[str, str],
+                     indices: Sequence[int]) -> dict[int, float]:
+        """The head's scores on ``indices`` at this version: measured ones reused, the rest scored now."""
         board = self.scoreboard
-        known = board.measured(artifact_id, version)
-        missing = [i for i in indices if i not in known]
-        reused: dict[int, float] = {}
-        uses = self.clean_uses
-        if missing and self.noise.deterministic:
-            for i in missing:
-                earlier = board.clean(artifact_id, version, i)
-                if earlier is None:
-                    continue
-                uses += 1
-                if uses % SPOT_CHECK_EVERY:
-                    reused[i] = earlier
-            missing = [i for i in missing if i not in reused]
-        return _HeadPlan(missing, reused, uses)
-
-    def _head_scores_on(self, artifact_id: str, version: int, state: Mapping[str, str],
-                        indices: Sequence[int], plan: _HeadPlan | None = None) -> dict[int, float]:
-        """The head's scores on ``indices``: measured ones from the scoreboard, the rest scored now.
-
-        In a deterministic evaluation an earlier measurement that no commit since plausibly
-        changed (a *clean* score) is the head's score: it is used as it is, except that one
-        in `SPOT_CHECK_EVERY` is scored again, as a free check that stays on. When a check
-        shows that a commit did change a task the relevance ranking called unaffected, no
-        clean score of this version is trusted any more: the ones this call was about to
-        reuse are scored too, the version's clean scores are dropped, and the ones reused
-        before at this version are measured (`measure` then compares its earlier pairs
-        again with them).
-
-        Args:
-            plan: `_head_plan` of the same ``indices``, made since the last change to the
-                scoreboard (None: made here).
-        """
-        board = self.scoreboard
-        if plan is None:
-            plan = self._head_plan(artifact_id, version, indices)
-        self.clean_uses = plan.clean_uses
-        known = board.measured(artifact_id, version)
-        missing, reused = list(plan.missing), dict(plan.reused)
+        known = board.known_on(artifact_id, version, indices)
+        missing = [i for i in dict.fromkeys(indices) if i not in known]
         if missing:
-            fresh = self._score_head(artifact_id, version, state, missing)
-            if self._checks_disagree(artifact_id, version, state, fresh) and reused:
-                fresh.update(self._score_head(artifact_id, version, state, list(reused)))
-                reused = {}
+            scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, missing)]
+            self.counters["head_tasks_scored"] += len(missing)
+            fresh = dict(zip(missing, scores))
             board.record(artifact_id, version, fresh)
             known.update(fresh)
-        if reused:
-            board.record(artifact_id, version, reused)
-            known.update(reused)
-            self.counters["head_tasks_reused"] += len(reused)
-            self._reused_at.setdefault((artifact_id, version), set()).update(reused)
         return {i: known[i] for i in indices}
 
-    def _score_head(self, artifact_id: str, version: int, state: Mapping[str, str],
-                    indices: Sequence[int]) -> dict[int, float]:
-        scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, indices)]
-        self.counters["head_tasks_scored"] += len(indices)
-        return dict(zip(indices, scores))
+    def _sampling(self) -> str:
+        """``"without"`` when a score is a fact (deterministic, or nothing can be drawn again), else ``"with"``."""
+        if self._cannot_redraw or self.config.rescore == 0 or self.noise.deterministic:
+            return "without"
+        return "with"
 
-    def _checks_disagree(self, artifact_id: str, version: int, state: Mapping[str, str],
-                         fresh: Mapping[int, float]) -> bool:
-        """Compare fresh head scores with the clean ones they replace (free checks); True on a relevance miss."""
-        board = self.scoreboard
-        earlier = {i: board.clean(artifact_id, version, i) for i in fresh}
-        changed = {i: e for i, e in earlier.items() if e is not None and abs(e - fresh[i]) > 1e-9}
-        for i, e in earlier.items():
-            if e is not None and i not in changed:
-                self.noise.observe_free(e, fresh[i])  # the head had to be scored anyway: a free check
-        if not changed:
-            return False
-        missed = self._changed_or_noise(artifact_id, state, changed, fresh)
-        if missed:
-            board.drop_clean(artifact_id, version)
-            stale = sorted(self._reused_at.pop((artifact_id, version), set()))
-            if stale:  # scores reused earlier at this version are suspect too: measure them
-                board.record(artifact_id, version, self._score_head(artifact_id, version, state, stale))
-                self._head_revised = True
-        return missed
+    def _probe(self, aid: str, version: int, state: Mapping[str, str]) -> None:
+        """While it is unknown whether the evaluation reproduces: draw the head again on measured tasks.
 
-    def _changed_or_noise(self, artifact_id: str, state: Mapping[str, str], earlier: Mapping[int, float],
-                          fresh: Mapping[int, float]) -> bool:
-        """A free check disagreed: noise, or a commit changed a task the ranking called unaffected?
-
-        Each such task is drawn once more on the same head. A draw that repeats the new
-        score says the commit changed the task (a relevance miss, counted in
-        ``relevance_misses``, not noise); one that differs is noise. An evaluator that
-        cannot draw again leaves it to the safe side: noise. Returns whether any task was a
-        relevance miss.
+        Up to ``noise_probe`` re-draws of the head's measured scores at this version
+        (scoring a few first when none is measured), round robin, stopping at the first
+        disagreement: once in a run. An evaluator that cannot draw again is taken as
+        deterministic (its scores count as they came).
         """
-        changed = list(earlier)
-        again = self.evaluator.rescore(artifact_id, state, changed)
+        if self.noise.state != "unknown" or self._cannot_redraw:
+            return
+        known = self.scoreboard.measured(aid, version)
+        if not known:
+            order = sorted(range(self.scoreboard.n_tasks), key=lambda i: stable_hash(aid, "head-sample", i))
+            known = self._head_scores(aid, version, state, order[: self.config.noise_probe])
+        pool = sorted(known)
+        indices = [pool[k % len(pool)] for k in range(max(0, self.noise.probe - self.noise.agreements))]
+        if not indices:
+            return
+        again = self.evaluator.rescore(aid, state, indices)
         if again is None:
-            for i in changed:
-                self.noise.observe_free(earlier[i], fresh[i])  # a disagreement, as seen
-            return False
-        self.counters["free_check_redraws"] += len(changed)
-        missed = False
-        for i, x in zip(changed, again):
-            if abs(float(x) - fresh[i]) <= 1e-9:
-                self.counters["relevance_misses"] += 1
-                missed = True
-            else:
-                self.noise.observe_redraw(fresh[i], float(x))
-        return missed
+            self._cannot_redraw = True
+            return
+        self.counters["probe_redraws"] += len(indices)
+        for i, x in zip(indices, again):
+            self.noise.observe_redraw(known[i], float(x))
+            if self.noise.state != "unknown":
+                break
 
     def measure(self, prepared: Prepared) -> Measurement:
-        """The paired sequential test of the candidate against the head (`agentdescent.merge.acceptance`).
+        """The paired sequential test of the candidate against the head, for the full held-out mean.
 
-        The held-out tasks are scored in `evaluation_order`: the ones the candidate's diff
-        most plausibly changes first (`agentdescent.merge.relevance.Relevance`, from the diff's
-        text, the cards' trajectory tasks and ``group_key``), interleaved with a seeded
-        sample of the rest; seeded by the head version and the diff, so a decision repeats
-        bit for bit. Batch by batch (``eval_batch``) the candidate is scored, the head is
-        scored on the same tasks where its score is not known yet (once per version), a
-        discordant pair is re-scored as `NoiseMonitor` says before it counts, and the test
-        is asked whether it has settled. ``sequential=False`` scores every task first.
+        Deterministic (declared, learned, or an evaluator that cannot draw again): the
+        units the diff plausibly changes (`agentdescent.merge.relevance.Relevance`) are
+        scored first and in full, then the others in a uniformly random order, without
+        replacement (`agentdescent.merge.acceptance`). Noisy or not known yet: units drawn
+        uniformly with replacement, both sides scored afresh. Batch by batch
+        (``eval_batch`` tasks); seeded by the head version and the diff, so a decision
+        repeats bit for bit. ``sequential=False`` scores a deterministic candidate's every
+        task before deciding.
         """
-        cfg = self.config
-        aid = prepared.artifact_id
-        board = self.scoreboard
-        n = board.n_tasks
-        candidate_state = prepared.candidate.apply(prepared.head_state)
         self.counters["held_out_evals"] += 1
-        seed = stable_hash(aid, prepared.head_version, sorted(prepared.candidate.ops.items()))
+        self.decisions += 1
+        level = self.level(self.decisions)
+        if self.config.rescore == "auto":
+            self._probe(prepared.artifact_id, prepared.head_version, prepared.head_state)
+        if self._sampling() == "without":
+            return self._without_replacement(prepared, level)
+        return self._with_replacement(prepared, level)
+
+    def _seed(self, prepared: Prepared) -> int:
+        return stable_hash(prepared.artifact_id, prepared.head_version,
+                           sorted(prepared.candidate.ops.items())) % (2**63)
+
+    def _stratum(self, prepared: Prepared) -> tuple[list[int], set[int]]:
+        """The stratum: the units the diff plausibly changes, most relevant first (at most `STRATUM_SHARE` of them).
+
+        Returns it with every task the diff plausibly changes (also beyond the cap: a
+        commit's affected tasks are not clean for the head estimate).
+        """
         relevance = self._relevance_of(prepared)
-        order = evaluation_order(n, relevance, seed % (2**63), cfg.random_share)
-        affected = {i for i in range(n) if relevance[i] > 0}
-        ranked = self.relevance is not None
-        touched = affected if ranked else set(range(n))
-        test = PairedTest(n, cfg.false_accept_rate, cfg.max_regressions)
-        room = _Room(test, order, self._room(order, {}, prepared))
+        best: dict[int, float] = {}
+        for u, members in enumerate(self.units):
+            top = max(relevance[i] for i in members)
+            if top > 0:
+                best[u] = top
+        cap = max(1, int(STRATUM_SHARE * len(self.units)))
+        stratum = sorted(best, key=lambda u: (-best[u], u))[:cap]
+        return stratum, {i for u in best for i in self.units[u]}
+
+    def _batches(self, plan: Sequence[int]) -> Iterator[list[int]]:
+        """``plan``'s units cut into looks of at least ``eval_batch`` tasks (one look when not sequential)."""
+        if not self.config.sequential:
+            if plan:
+                yield list(plan)
+            return
+        units, width = self.units, self.config.eval_batch
+        look: list[int] = []
+        size = 0
+        for u in plan:
+            look.append(u)
+            size += len(units[u])
+            if size >= width:
+                yield look
+                look, size = [], 0
+        if look:
+            yield look
+
+    def _without_replacement(self, prepared: Prepared, level: float) -> Measurement:
+        cfg = self.config
+        aid, version = prepared.artifact_id, prepared.head_version
+        units = self.units
+        n = self.scoreboard.n_tasks
+        candidate_state = prepared.candidate.apply(prepared.head_state)
+        stratum, affected = self._stratum(prepared)
+        rest = [u for u in range(len(units)) if u not in set(stratum)]
+        random.Random(self._seed(prepared)).shuffle(rest)
+        test = PairedTest(len(units), level, cfg.max_regressions, sampling="without", stratum=stratum,
+                          unit_size=max(len(m) for m in units), null=cfg.acceptance_null,
+                          local_share=cfg.local_regression_share, n_tasks=n)
+        if cfg.acceptance_null == "local":
+            rest = rest[: test.local_sample]
+        plan = stratum + rest
+        # The bounds on what the unscored tasks could still add together: every one at its
+        # best (``1 - head``) and at its worst (``-head``), from the head scores known at
+        # the start (an unknown head score counts 0 for the best and 1 for the worst).
+        known = self.scoreboard.measured(aid, version)
+        planned = len(plan) == len(units)
+        head_sum = sum(known.values()) if planned else sum(known.get(i, 0.0) for u in plan for i in units[u])
+        tasks_left = n if planned else sum(len(units[u]) for u in plan)
+        unknown_left = tasks_left - (len(known) if planned else sum(i in known for u in plan for i in units[u]))
+        high_rest, low_rest = tasks_left - head_sum, -(head_sum + unknown_left)
         cand_scores: dict[int, float] = {}
         head_scores: dict[int, float] = {}
-        decision = test.verdict(room_logs=room.after(0))
-        start = 0
-        while start < n:
-            batch = self._next_batch(test, room, start) if cfg.sequential else n
-            indices = order[start:start + batch]
-            start += len(indices)
-            # The look's tasks on both sides are fixed now; they are scored together, then
-            # read in the test's order (concurrency changes when calls run, never what is used).
-            plan = self._head_plan(aid, prepared.head_version, indices)
-            self.evaluator.prefetch(aid, [(candidate_state, indices), (prepared.head_state, plan.missing)])
-            cand = dict(zip(indices, (float(x) for x in self.evaluator.held_out_subset(aid, candidate_state, indices))))
-            head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, indices, plan)
-            if self._head_revised:
-                # A reused head score turned out stale: the earlier pairs are compared again
-                # with the head's fresh scores, from a new test (nothing stale is counted).
-                self._head_revised = False
-                measured = board.measured(aid, prepared.head_version)
-                head_scores = {i: measured.get(i, h) for i, h in head_scores.items()}
-                test = PairedTest(n, cfg.false_accept_rate, cfg.max_regressions)
-                for i in cand_scores:
-                    test.add(i, cand_scores[i], head_scores[i])
-            self._confirm(aid, prepared, candidate_state, cand, head)
-            for i in indices:
-                test.add(i, cand[i], head[i])
-            cand_scores.update(cand)
-            head_scores.update(head)
-            rest = order[start:]
-            futile = self._futile(rest, affected, cand_scores, head_scores) if rest and ranked else None
-            covered = not any(i in affected for i in rest) and (
-                sum(i not in affected for i in cand_scores) >= cfg.coverage_sample
-                or not any(i not in affected for i in rest))
-            decision = test.verdict(None, futile, room_logs=room.after(start), certain=self.noise.deterministic,
-                                    covered=covered)
-            # Refused for want of evidence where whether the evaluation is deterministic
-            # decides it: find out now, on the candidate's own scored tasks.
-            if (decision.settled and not decision.accept and covered and decision.gains and not decision.losses
-                    and self.noise.state == "unknown"
-                    and self._probe(aid, prepared, candidate_state, cand_scores, head_scores)):
-                decision = test.verdict(None, futile, room_logs=room.after(start), certain=self.noise.deterministic,
-                                    covered=covered)
+        decision = test.verdict(high_rest if plan else None, low_rest if plan else None)
+        done = 0
+        for look in self._batches(plan):
             if decision.settled:
                 break
-        scored = len(cand_scores)
+            indices = [i for u in look for i in units[u]]
+            head_known = self.scoreboard.known_on(aid, version, indices)
+            self.evaluator.prefetch(aid, [(candidate_state, indices),
+                                          (prepared.head_state, [i for i in indices if i not in head_known])])
+            cand = dict(zip(indices, (float(x) for x in self.evaluator.held_out_subset(aid, candidate_state, indices))))
+            head = self._head_scores(aid, version, prepared.head_state, indices)
+            for u in look:
+                pairs = [(cand[i], head[i]) for i in units[u]]
+                if u in test.stratum:
+                    test.add_stratum(u, pairs)
+                else:
+                    test.add(u, pairs)
+            cand_scores.update(cand)
+            head_scores.update(head)
+            done += len(look)
+            for i in indices:
+                was = known.get(i)
+                high_rest -= 1.0 - (was or 0.0)
+                low_rest += 1.0 if was is None else was
+            left = done < len(plan)
+            decision = test.verdict(high_rest if left else None, low_rest if left else None, cfg.futility_sample)
+        if (decision.accept and not self.noise.declared and not self._cannot_redraw
+                and not self._confirm(aid, prepared, candidate_state, cand_scores, head_scores)):
+            self.counters["confirmations_overturned"] += 1
+            self.counters["held_out_tasks_scored"] += len(cand_scores)  # spent, then tested afresh
+            return self._with_replacement(prepared, level)
+        return self._measurement(prepared, cand_scores, head_scores, decision, affected)
+
+    def _confirm(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
+                 cand: Mapping[int, float], head: Mapping[int, float]) -> bool:
+        """Draw up to `CONFIRM_GAINS` of an accepted candidate's gains again on both sides; False if any differs.
+
+        Only where the evaluation was learned to be deterministic: the noise probe can be
+        fooled by a rarely noisy evaluator, and a noise-made gain is what would have
+        carried the decision. A disagreement makes the evaluation noisy for good.
+        """
+        gains = [i for i in cand if cand[i] > head[i] + 1e-12][:CONFIRM_GAINS]
+        if not gains:
+            return True
+        again_c = self.evaluator.rescore(aid, candidate_state, gains)
+        again_h = self.evaluator.rescore(aid, prepared.head_state, gains)
+        if again_c is None or again_h is None:
+            return True
+        self.counters["confirm_redraws"] += 2 * len(gains)
+        for i, c, h in zip(gains, again_c, again_h):
+            self.noise.observe_redraw(cand[i], float(c))
+            self.noise.observe_redraw(head[i], float(h))
+        return self.noise.state != "noisy"
+
+    def _with_replacement(self, prepared: Prepared, level: float) -> Measurement:
+        cfg = self.config
+        aid, version = prepared.artifact_id, prepared.head_version
+        units = self.units
+        candidate_state = prepared.candidate.apply(prepared.head_state)
+        _, affected = self._stratum(prepared)
+        test = PairedTest(len(units), level, cfg.max_regressions, sampling="with",
+                          unit_size=max(len(m) for m in units), n_tasks=self.scoreboard.n_tasks)
+        rng = random.Random(self._seed(prepared))
+        board = self.scoreboard
+        first_c: dict[int, float] = {}
+        first_h = board.measured(aid, version)
+        draws_c: dict[int, list[float]] = collections.defaultdict(list)
+        draws_h: dict[int, list[float]] = collections.defaultdict(list)
+        decision = test.verdict(futility_sample=cfg.futility_sample)
+        while not decision.settled:
+            look: list[int] = []
+            size = 0
+            while size < cfg.eval_batch and len(look) + test.rest_units < test.draw_limit:
+                u = rng.randrange(len(units))
+                look.append(u)
+                size += len(units[u])
+            indices = [i for u in look for i in units[u]]
+            cand = self.evaluator.rescore(aid, candidate_state, indices)
+            head = self.evaluator.rescore(aid, prepared.head_state, indices) if cand is not None else None
+            if cand is None or head is None:
+                self._cannot_redraw = True  # nothing can be drawn again: scores count as they came
+                return self._without_replacement(prepared, level)
+            cand, head = [float(x) for x in cand], [float(x) for x in head]
+            self.counters["held_out_draws"] += len(indices)
+            unseen_head = {}
+            for i, c, h in zip(indices, cand, head):
+                if i in first_c:
+                    self.noise.observe_redraw(first_c[i], c)
+                else:
+                    first_c[i] = c
+                if i in first_h:
+                    self.noise.observe_redraw(first_h[i], h)
+                else:
+                    first_h[i] = h
+                    unseen_head[i] = h
+                draws_c[i].append(c)
+                draws_h[i].append(h)
+            if unseen_head:  # the head's first score at this version (the estimate; never a fact here)
+                board.record(aid, version, unseen_head)
+            k = 0
+            for u in look:
+                pairs = list(zip(cand[k:k + len(units[u])], head[k:k + len(units[u])]))
+                suspects = [i for i, (c, h) in zip(units[u], pairs) if h >= 0.5 > c]
+                test.add(u, pairs, self._confirmed_regressions(aid, prepared, candidate_state, suspects))
+                k += len(units[u])
+            decision = test.verdict(futility_sample=cfg.futility_sample)
+        cand_scores = {i: sum(v) / len(v) for i, v in draws_c.items()}
+        head_scores = {i: sum(v) / len(v) for i, v in draws_h.items()}
+        return self._measurement(prepared, cand_scores, head_scores, decision, affected)
+
+    def _confirmed_regressions(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
+                               suspects: Sequence[int]) -> int:
+        """Of the tasks a noisy draw shows regressed, those whose re-drawn means still do.
+
+        Each is drawn `NoiseMonitor.extra_draws` more times on both sides; it counts when
+        the candidate's mean is below the pass mark and the head's at or above it. Only the
+        regression guard reads this: the test's value counts the pair as first drawn, so
+        re-drawing one kind of pair cannot tilt it.
+        """
+        confirmed = 0
+        for i in suspects:
+            extra = self.noise.extra_draws()
+            if extra == 0:
+                confirmed += 1
+                continue
+            again_c = self.evaluator.rescore(aid, candidate_state, [i] * extra)
+            again_h = self.evaluator.rescore(aid, prepared.head_state, [i] * extra)
+            if again_c is None or again_h is None:
+                confirmed += 1
+                continue
+            self.counters["regression_redraws"] += 2 * extra
+            mean_c = sum(float(x) for x in again_c) / extra
+            mean_h = sum(float(x) for x in again_h) / extra
+            confirmed += mean_h >= 0.5 > mean_c
+        return confirmed
+
+    def _measurement(self, prepared: Prepared, cand: dict[int, float], head: dict[int, float],
+                     decision: AcceptanceDecision, affected: set[int]) -> Measurement:
+        n = self.scoreboard.n_tasks
+        scored = len(cand)
         self.counters["held_out_tasks_scored"] += scored
-        self.counters["held_out_tasks_saved"] += n - scored
+        self.counters["held_out_tasks_saved"] += max(0, n - scored)
         projected: dict[int, float] = {}
         if scored < n:
             self.counters["accepted_early" if decision.accept else "rejected_early"] += 1
             if "futility" in decision.reason:
                 self.counters["futility_stops"] += 1
             if decision.accept:
-                projected = self._project(prepared, affected, cand_scores, head_scores)
-        return Measurement(cand_scores, head_scores, decision, scored, n, projected, affected, touched)
+                projected = self._project(prepared, cand, head, affected)
+        touched = affected if self.relevance is not None else set(range(n))
+        return Measurement(cand, head, decision, scored, n, projected, affected, touched)
 
-    def _project(self, prepared: Prepared, affected: set[int], cand: Mapping[int, float],
-                 head: Mapping[int, float]) -> dict[int, float]:
-        """Estimates for the affected tasks an early acceptance left unscored: the head's score plus the mean gain."""
-        scored = [i for i in cand if i in affected]
-        if not scored:
-            return {}
-        gain = sum(cand[i] - head[i] for i in scored) / len(scored)
+    def _project(self, prepared: Prepared, cand: Mapping[int, float], head: Mapping[int, float],
+                 affected: set[int]) -> dict[int, float]:
+        """Estimates for the tasks an early acceptance left unscored: the head's score plus the mean gain.
+
+        The mean gain of the scored tasks of the same kind — the affected ones for an
+        affected task, the randomly ordered others for the rest (an unbiased estimate of
+        their mean, as they were sampled without replacement) — added to what is known of
+        the head there (measured, else inherited, else the head's estimate). For the
+        round's reported reward only: never a score the paired test uses.
+        """
+        def mean_gain(inside: bool) -> float:
+            diffs = [cand[i] - head[i] for i in cand if (i in affected) == inside]
+            return sum(diffs) / len(diffs) if diffs else 0.0
+
         board = self.scoreboard
-        estimate = board.estimate(prepared.artifact_id, prepared.head_version)
-        known = {**board.inherited(prepared.artifact_id, prepared.head_version),
-                 **board.measured(prepared.artifact_id, prepared.head_version)}
-        base = estimate.reward
-        return {i: known.get(i, base) + gain for i in affected if i not in cand}
-
-    def _next_batch(self, test: PairedTest, room: _Room, start: int) -> int:
-        """``eval_batch``, or fewer when fewer tasks (all gains) would already pass: no overshoot."""
-        limit = min(self.config.eval_batch, room.size - start)
-        for k in range(1, limit):
-            if test.best_completion_logs(room.between(start, start + k)) >= test.threshold:
-                return k
-        return limit
-
-    def _futile(self, rest: Sequence[int], affected: set[int], cand: Mapping[int, float],
-                head: Mapping[int, float]) -> str | None:
-        """The futility rule: every affected task scored, and ``futility_sample`` others showed no gain."""
-        sample = self.config.futility_sample
-        if not sample or any(i in affected for i in rest):
-            return None
-        others = [i for i in cand if i not in affected]
-        if len(others) < sample or any(cand[i] > head[i] + 1e-12 for i in others):
-            return None
-        return (f"futility: all {len(affected)} affected task(s) scored, and {len(others)} of the others "
-                "showed no gain")
+        aid, version = prepared.artifact_id, prepared.head_version
+        known = {**board.inherited(aid, version), **board.measured(aid, version)}
+        base = board.estimate(aid, version).reward
+        gains = {True: mean_gain(True), False: mean_gain(False)}
+        return {i: min(1.0, max(0.0, known.get(i, base) + gains[i in affected]))
+                for i in range(board.n_tasks) if i not in cand}
 
     @property
     def relevance(self) -> Relevance | None:
@@ -494,82 +558,19 @@ class Measurer:
             return [0.0] * self.scoreboard.n_tasks
         return relevance.affected(prepared.candidate, prepared.trajectory)
 
-    def _room(self, rest: Sequence[int], head_scores: Mapping[int, float], prepared: Prepared) -> list[float]:
-        """The largest gain each unscored task could still show: ``1 - head`` where known, else 1."""
-        known = self.scoreboard.measured(prepared.artifact_id, prepared.head_version)
-        return [1.0 - head_scores.get(i, known.get(i, 0.0)) for i in rest]
-
-    def _probe(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
-               cand: Mapping[int, float], head: Mapping[int, float]) -> bool:
-        """Settle whether the evaluation is deterministic, on this candidate's own scored tasks.
-
-        The discordant pairs were drawn again already (while the state is unknown every one
-        is); the head is drawn again on the candidate's other scored tasks — round robin,
-        so a task may be drawn more than once — until the monitor has ``noise_probe``
-        agreeing observations or sees a disagreement: at most ``noise_probe`` extra calls,
-        once in a run. With no other scored task the candidate's side of the discordant
-        tasks is drawn instead. False if the evaluator cannot draw again.
-        """
-        short = self.noise.probe - self.noise.agreements
-        if short <= 0:
-            return True
-        others = [i for i in cand if abs(cand[i] - head[i]) <= 1e-12]
-        state, first = (prepared.head_state, head) if others else (candidate_state, cand)
-        pool = others or list(cand)
-        if not pool:
-            return False
-        indices = [pool[k % len(pool)] for k in range(short)]
-        again = self.evaluator.rescore(aid, state, indices)
-        if again is None:
-            return False
-        self.counters["probe_redraws"] += len(indices)
-        for i, x in zip(indices, again):
-            self.noise.observe_redraw(first[i], float(x))
-            if self.noise.state != "unknown":
-                break
-        return True
-
-    def _confirm(self, aid: str, prepared: Prepared, candidate_state: Mapping[str, str],
-                 cand: dict[int, float], head: dict[int, float]) -> None:
-        """Re-score the batch's discordant pairs as the noise monitor says; replace them by their means.
-
-        Every discordant pair gets the same number of extra draws on both sides, gains and
-        losses alike: symmetric in the two sides, so a candidate no better than the head
-        still shows differences of mean zero and the test's rate holds (re-drawing only one
-        kind of pair would tilt it).
-        """
-        discordant = [i for i in cand if abs(cand[i] - head[i]) > 1e-12]
-        for i in discordant:
-            extra = self.noise.extra_draws()
-            if extra == 0:
-                continue
-            again_c = self.evaluator.rescore(aid, candidate_state, [i] * extra)
-            again_h = self.evaluator.rescore(aid, prepared.head_state, [i] * extra)
-            if again_c is None or again_h is None:
-                return  # this evaluator cannot draw again: scores count as they came
-            again_c, again_h = [float(x) for x in again_c], [float(x) for x in again_h]
-            mean_c = (cand[i] + sum(again_c)) / (1 + len(again_c))
-            mean_h = (head[i] + sum(again_h)) / (1 + len(again_h))
-            overturned = (mean_c - mean_h) * (cand[i] - head[i]) <= 0
-            self.noise.observe((cand[i], head[i]), (again_c, again_h), overturned)
-            self.counters["rescored_pairs"] += 1
-            cand[i], head[i] = mean_c, mean_h
-            self.scoreboard.record(aid, prepared.head_version, {i: mean_h})
-
     def complete(self, prepared: Prepared, measurement: Measurement) -> tuple[float, float]:
         """The oracle gate's full comparison: every held-out task scored on both sides (candidate, head means)."""
         aid = prepared.artifact_id
         n = measurement.n
         rest = [i for i in range(n) if i not in measurement.candidate_scores]
         state = prepared.candidate.apply(prepared.head_state)
-        plan = self._head_plan(aid, prepared.head_version, range(n))
-        self.evaluator.prefetch(aid, [(state, rest), (prepared.head_state, plan.missing)])
+        known = self.scoreboard.measured(aid, prepared.head_version)
+        self.evaluator.prefetch(aid, [(state, rest), (prepared.head_state, [i for i in range(n) if i not in known])])
         if rest:
             scores = [float(x) for x in self.evaluator.held_out_subset(aid, state, rest)]
             measurement.candidate_scores.update(zip(rest, scores))
             self.counters["held_out_tasks_scored"] += len(rest)
             self.counters["held_out_tasks_saved"] -= len(rest)
-        head = self._head_scores_on(aid, prepared.head_version, prepared.head_state, range(n), plan)
+        head = self._head_scores(aid, prepared.head_version, prepared.head_state, range(n))
         measurement.head_scores.update(head)
         return (sum(measurement.candidate_scores.values()) / n, sum(head.values()) / n)
-

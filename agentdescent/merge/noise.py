@@ -1,12 +1,13 @@
-"""Is the evaluation stochastic? What the acceptance test learns, mostly for free, about noise.
+"""Is the evaluation stochastic? What the acceptance test learns about noise.
 
 A cached score is one draw. When the model samples (temperature > 0) or the reward is
-noisy, a discordant pair — a task the candidate gains or loses — may be noise, so before
-it counts it is scored again on both sides and counts with the means. Doing that in a
-deterministic run would waste calls, so `NoiseMonitor` learns which kind of evaluation
-this is, from comparisons the run makes anyway where it can (free probes), and decides
-how many extra draws a discordant pair gets. It also keeps the estimate of how often a
-second draw disagrees with the first (the reported noise rate).
+noisy, the acceptance test must draw both sides afresh (with replacement) instead of
+taking a cached score as a fact; in a deterministic evaluation that would waste calls, so
+`NoiseMonitor` learns which kind of evaluation this is — from a probe (the head drawn again
+on tasks it was scored on), from repeated draws the noisy test makes anyway, and from the
+re-draws that confirm a learned-deterministic candidate's gains — and how many extra draws
+confirm a would-be regression. It also keeps the estimate of how often a second draw
+disagrees with the first (the reported noise rate).
 
 This module owns that state and its counters; it never calls an evaluator.
 """
@@ -14,7 +15,7 @@ This module owns that state and its counters; it never calls an evaluator.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["NoiseMonitor"]
@@ -23,24 +24,18 @@ __all__ = ["NoiseMonitor"]
 class NoiseMonitor:
     """Whether the evaluation is deterministic, noisy, or not known yet; and how many extra draws a pair gets.
 
-    Evidence comes two ways. **Free probes**: when the head is scored on a task whose score
-    it inherited from an earlier version (one that no commit since plausibly affected on that
-    task), the two scores must be equal in a deterministic evaluation; the comparison costs
-    nothing, since the head had to be scored anyway. **Re-draws**: a discordant pair scored
-    again on both sides. ``probe`` agreeing observations with no disagreement make the
-    evaluation *deterministic*; the first disagreement makes it *noisy*, for good (a commit
-    that changed a task the relevance ranking called unaffected looks like noise too: the
-    safe side).
+    Evidence comes as re-draws: a score drawn again on the same state and task, compared
+    with the earlier draw (`observe_redraw`; `observe_free` for a comparison made without
+    a call). ``probe`` agreeing observations with no disagreement make the evaluation
+    *deterministic*; the first disagreement makes it *noisy*, for good.
 
-    With ``mode="auto"``: while *unknown*, every discordant pair is drawn once more on both
-    sides and counts with its means (a cached head score may be one unlucky draw, and
-    re-drawing gains and losses alike keeps the test unbiased); once *deterministic*,
-    nothing is drawn again; when *noisy*, every discordant pair gets ``draws`` more draws
-    per side. A deterministic run pays for the unknown phase once: about ``probe / 2``
-    pairs. ``mode="deterministic"`` starts
-    *deterministic* (the user says so) and otherwise behaves as ``"auto"``: a disagreement
-    still makes it noisy. An int mode re-draws every discordant pair that many times and
-    never calls the evaluation deterministic (0: never re-draws).
+    With ``mode="auto"`` the state starts *unknown* (the measurement probes it once, with
+    at most ``probe`` re-draws of the head); ``mode="deterministic"`` starts
+    *deterministic* (``declared``: the user says so) and a disagreement still makes it
+    noisy. An int mode never calls the evaluation deterministic: the test always draws
+    afresh, and a would-be regression gets that many confirming draws per side (0: the
+    scores count as they came, as facts). `extra_draws` is the number of confirming draws
+    for a would-be regression in a noisy test: 1 while unknown, ``draws`` once noisy.
 
     Args:
         mode: ``"auto"``, ``"deterministic"``, or a fixed number of extra draws per side.
@@ -59,8 +54,14 @@ class NoiseMonitor:
         self.free_probes = 0
         self.redraws = 0
         self.disagreements = 0
-        self.rescored_pairs = 0
-        self.overturned = 0
+
+    @property
+    def declared(self) -> bool:
+        """The user declared the evaluation deterministic (``mode="deterministic"``, or 0) and nothing contradicted it."""
+        with self._lock:
+            if isinstance(self.mode, int) and not isinstance(self.mode, bool):
+                return self.mode == 0
+            return self.state == "deterministic" and self.mode == "deterministic"
 
     @property
     def deterministic(self) -> bool:
@@ -69,7 +70,7 @@ class NoiseMonitor:
             return self.state == "deterministic"
 
     def extra_draws(self) -> int:
-        """Extra draws per side for the next discordant pair."""
+        """Draws per side that confirm a would-be regression in a noisy test."""
         with self._lock:
             if not self._learns:
                 return int(self.mode)
@@ -90,26 +91,16 @@ class NoiseMonitor:
                 self.state = "noisy"
 
     def observe_free(self, earlier: float, now: float) -> None:
-        """A free probe: a task scored on a version that should not have changed it, against its earlier score."""
+        """A comparison that cost no call: a score against an earlier draw of the same state and task."""
         with self._lock:
             self.free_probes += 1
             self._seen(abs(earlier - now) <= 1e-9)
 
     def observe_redraw(self, first: float, again: float) -> None:
-        """One side of a task drawn again outside a discordant pair (the probe that settles the state)."""
+        """A score drawn again on the same state and task, against the earlier draw."""
         with self._lock:
             self.redraws += 1
             self._seen(abs(first - again) <= 1e-9)
-
-    def observe(self, first: Sequence[float], redraws: Sequence[Sequence[float]], overturned: bool) -> None:
-        """A re-scored pair: each side's first draw and its re-draws, and whether the means undid the pair."""
-        with self._lock:
-            self.rescored_pairs += 1
-            self.overturned += overturned
-            for f, again in zip(first, redraws):
-                for x in again:
-                    self.redraws += 1
-                    self._seen(abs(x - f) <= 1e-9)
 
     @property
     def disagreement_rate(self) -> float | None:
@@ -124,12 +115,11 @@ class NoiseMonitor:
         with self._lock:
             return {"state": self.state, "free_probes": self.free_probes, "redraws": self.redraws,
                     "agreements": self.agreements, "disagreements": self.disagreements,
-                    "disagreement_rate": rate, "rescored_pairs": self.rescored_pairs,
-                    "overturned": self.overturned}
+                    "disagreement_rate": rate}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Go on from saved `stats` (a resumed run keeps what it learned)."""
         with self._lock:
             self.state = str(state.get("state", self.state))
-            for name in ("free_probes", "redraws", "agreements", "disagreements", "rescored_pairs", "overturned"):
+            for name in ("free_probes", "redraws", "agreements", "disagreements"):
                 setattr(self, name, int(state.get(name, 0)))

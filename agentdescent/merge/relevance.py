@@ -18,10 +18,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..types import Diff, Task
 
-__all__ = ["AFFECTED_SHARE", "Relevance", "RelevanceHook", "words"]
+__all__ = ["AFFECTED_SHARE", "EvidenceGroups", "Relevance", "RelevanceHook", "words"]
 
 #: A task counts as *affected* by a diff when its score is at least this share of the best
 #: score among the ranked tasks: a prompt that shares only a common word ("the") with the
@@ -30,6 +31,9 @@ AFFECTED_SHARE = 0.5
 
 #: ``relevance(diff, trajectory_tasks, task) -> float``: higher is more plausibly changed.
 RelevanceHook = Callable[[Diff, Sequence[Task], Task], float]
+#: How held-out tasks group into units of evidence (`AggregatorConfig.evidence_groups`): None
+#: (duplicate prompts only), a ``task.meta`` key, or ``fn(task) -> hashable | None``.
+EvidenceGroups = str | Callable[[Task], Any] | None
 
 _WORD = re.compile(r"[a-z0-9]+")
 

@@ -17,7 +17,7 @@ evaluator.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,11 @@ class Scoreboard:
         """Task index -> score this version inherits (or projects), a copy."""
         return dict(self._entry(artifact_id, version).inherited)
 
+    def known_on(self, artifact_id: str, version: int, indices: Iterable[int]) -> dict[int, float]:
+        """Of ``indices``, those measured on this version, with their scores (no copy of the rest)."""
+        measured = self._entry(artifact_id, version).measured
+        return {i: measured[i] for i in indices if i in measured}
+
     def score(self, artifact_id: str, version: int, index: int) -> float | None:
         """The score measured on this version for task ``index``, or None."""
         return self._entry(artifact_id, version).measured.get(index)
@@ -95,8 +100,8 @@ class Scoreboard:
         were not scored before it was accepted (its mean gain on the affected tasks that were);
         they count in `estimate` like inherited scores, never in a paired comparison.
         ``affected`` are the tasks the committed diff plausibly changes: an earlier
-        measurement of any other task stays *clean* (`clean`), so scoring the new head on it
-        again is a free check that the evaluation reproduces.
+        measurement of any other task stays *clean* (`clean`), the pool the head estimate
+        imputes a never-measured task from (never a score the paired test uses).
         """
         old = self._entry(artifact_id, parent)
         new = self._entry(artifact_id, version)
@@ -113,10 +118,6 @@ class Scoreboard:
             for i, s in source.items():
                 if i not in new.measured and i not in touched:
                     new.clean[i] = s
-
-    def drop_clean(self, artifact_id: str, version: int) -> None:
-        """Trust no clean score of this version any more (a commit changed a task the ranking missed)."""
-        self._entry(artifact_id, version).clean.clear()
 
     def clean(self, artifact_id: str, version: int, index: int) -> float | None:
         """An earlier measurement of task ``index`` that no commit since plausibly changed, or None."""

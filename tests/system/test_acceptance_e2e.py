@@ -203,12 +203,13 @@ def test_a_junk_rule_that_one_lucky_draw_favours_does_not_commit_on_a_young_head
     """Eight held-out tasks, a sampled model, and a junk rule with one task flipped in its favour.
 
     With so few tasks the e-value cannot reach 20 on a single gain; the only way such a rule
-    could commit is the deterministic route (a net gain with no regression). The run
-    does not take that route: drawing scores again (the candidate's discordant pair before
-    the evaluation is called deterministic, or a would-be regression) shows the noise, the
-    monitor calls the evaluation noisy, and at ``false_accept_rate=0.05`` the junk never
-    commits. The contrast: the same run with the evaluation *declared*
-    deterministic commits the junk, which is what learning the noise prevents.
+    could commit is taking the lucky draw as a fact (sampling without replacement: the head
+    solves nothing, so one gain makes the full mean better for certain). The run does not:
+    the noise probe draws the head again and sees the noise, the monitor calls the
+    evaluation noisy, every piece of evidence is then a fresh draw, and at
+    ``false_accept_rate=0.05`` the junk never commits. The contrast: the same run with the
+    evaluation *declared* deterministic commits the junk, which is what learning the noise
+    prevents.
     """
     result, model = _young_head_junk(engine, "auto")
     assert model.scripted > 0  # a candidate did draw its lucky task
@@ -224,7 +225,7 @@ def test_a_junk_rule_that_one_lucky_draw_favours_does_not_commit_on_a_young_head
     declared, _ = _young_head_junk(engine, "deterministic")
     assert declared.committed > 0
     junk_commits = [r for r in measured(declared) if r.outcome is MergeOutcome.COMMITTED]
-    assert all(r.reason.startswith("deterministic evaluation") for r in junk_commits)
+    assert all(r.evidence["sampling"] == "without-replacement" for r in junk_commits)
 
 
 # --------------------------------------------------------------------------- 3. a noisy head
@@ -259,40 +260,40 @@ def _noisy_head(engine, propose: Callable[..., str], rescore: int) -> tuple[Evol
 def test_rescoring_refuses_a_rule_that_only_looks_better_against_an_unlucky_head(engine):
     """A rule that changes nothing gains on the six tasks where the head's cached draw was unlucky.
 
-    With the discordant pairs re-scored (``rescore=2``: two more draws per side), each of
-    those gains shrinks to a third (the head's mean is 2/3, not 0) and the e-value stays
-    far below 20: nothing commits. Without re-scoring (``rescore=0``) the same six cached
-    draws carry the rule to E >= 20 and it commits: the re-scoring is what refuses it.
+    With fresh draws (``rescore=2``: the noisy test draws both sides afresh, so the cached
+    unlucky draws are never evidence) the rule shows no gain and the e-value stays far below
+    20: nothing commits. Taking every score as it came (``rescore=0``) the same six cached
+    draws carry the rule to acceptance and it commits: the fresh draws are what refuse it.
     """
     notes = numbered_notes("note {n}: take care")
     result, _ = _noisy_head(engine, notes, rescore=2)
     assert result.committed == 0 and result.state == START
-    noise = result.counters["noise"]
-    assert noise["rescored_pairs"] > 0 and noise["disagreements"] > 0
+    assert result.counters["noise"]["state"] == "fixed" and result.counters["noise"]["disagreements"] > 0
+    assert result.counters["merge_held_out_draws"] > 0  # every piece of evidence a fresh draw
     decisions = measured(result)
-    assert decisions and any(gains(r) > 0 for r in decisions)  # it did look better on the unlucky tasks
+    assert decisions and all(r.evidence["sampling"] == "with-replacement" for r in decisions)
     for report in decisions:
         match = PAIRED_TEST.search(report.reason)
         assert match and float(match.group(1)) < 20, report.reason
         assert report.p_improve <= 1 - FALSE_ACCEPT_RATE
 
     unchecked, _ = _noisy_head(engine, numbered_notes("note {n}: take care"), rescore=0)
-    assert unchecked.counters["noise"]["rescored_pairs"] == 0
+    assert unchecked.counters.get("merge_held_out_draws", 0) == 0
     first = next(r for r in measured(unchecked) if r.outcome is MergeOutcome.COMMITTED)
-    assert first.reason.startswith("paired test passed") and "0 loss(es)" in first.reason
+    assert first.evidence["sampling"] == "without-replacement" and "0 loss(es)" in first.reason
 
 
 def test_a_truly_better_rule_still_commits_under_the_same_noise(engine):
     """The counterpart: ``solve b`` fixes the ten held-out ``b`` tasks; re-scored, the gains stand.
 
-    Its pairs on the ``b`` tasks re-draw as they came (the rule really solves them), so the
+    Its fresh draws on the ``b`` tasks show the gain (the rule really solves them), so the
     e-value passes 20 within the run, and the head then solves every held-out task.
     """
     result, _ = _noisy_head(engine, lambda rendered, task, output, reward: "solve b", rescore=2)
     assert result.committed == 1 and START.items() <= result.state.items()
     assert all(f"solve {t.meta['group']}" in result.rendered for t in NOISY_HEAD_TASKS[-16:])
-    assert result.counters["noise"]["rescored_pairs"] > 0
+    assert result.counters["merge_held_out_draws"] > 0
     (commit,) = [r for r in measured(result) if r.outcome is MergeOutcome.COMMITTED]
-    assert commit.reason.startswith("paired test passed") and "0 loss(es)" in commit.reason
+    assert commit.reason.startswith("paired test passed") and commit.evidence["sampling"] == "with-replacement"
     assert commit.p_improve > 1 - FALSE_ACCEPT_RATE
     assert result.final_reward > result.initial_reward

@@ -83,7 +83,7 @@ def test_a_commit_shows_its_numbers_its_reason_and_its_diff(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert f"committed: {RULE}" in shown.stdout
     assert f"{evidence['gains']} gained, 0 lost" in shown.stdout and "against 20" in shown.stdout
-    assert "why: paired test passed" in shown.stdout
+    assert "why: the full held-out mean is better for certain" in shown.stdout
     assert "v1 -> v2:" in shown.stdout and f"+- {RULE}" in shown.stdout
     missing = cli("show", str(run_dir), "--round", "9")
     assert missing.returncode == 2 and "rounds 1..2" in missing.stderr
