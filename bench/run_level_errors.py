@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import sample_efficiency  # noqa: E402
-from acceptance_audit import clopper_pearson  # noqa: E402
+import sample_efficiency
+from acceptance_audit import clopper_pearson
 
 ARMS = ("junk-0.1", "junk-0.2", "async-junk-0.1", "async-junk-0.2")
 CONTROLS = ("per_decision", "per_run")
