@@ -21,12 +21,18 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX sig
                                                ("SIGHUP", "terminated", 129), ("SIGQUIT", "terminated", 131)])
 def test_each_signal_raises_a_keyboard_interrupt_naming_it(name, state, code):
     sig = getattr(signal, name)
-    before = signal.getsignal(sig)
-    with pytest.raises(Stopped) as caught, catching_signals():
-        signal.raise_signal(sig)
-    assert isinstance(caught.value, KeyboardInterrupt)
-    assert (caught.value.name, caught.value.state, caught.value.exit_code) == (name, state, code)
-    assert signal.getsignal(sig) is before  # restored
+    # start from the default disposition: the suite itself may run under nohup, which ignores
+    # SIGHUP (and an ignored signal stays ignored: the test below checks that case)
+    inherited = signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    try:
+        before = signal.getsignal(sig)
+        with pytest.raises(Stopped) as caught, catching_signals():
+            signal.raise_signal(sig)
+        assert isinstance(caught.value, KeyboardInterrupt)
+        assert (caught.value.name, caught.value.state, caught.value.exit_code) == (name, state, code)
+        assert signal.getsignal(sig) is before  # restored
+    finally:
+        signal.signal(sig, inherited)
 
 
 def test_a_second_signal_while_winding_down_is_ignored():
