@@ -1,10 +1,11 @@
-"""Mutation check of the summarizer-fork predicate: does tests/test_context.py notice (the predicate lives in agentdescent/compaction.py)?
+"""Mutation check of the summarizer-fork predicate: does tests/test_context.py notice?
 
-Each mutant is one plausible bug in ``agentdescent/compaction.py`` (the comparison flipped,
-``auto`` losing its default ratio, the decline and fallback counters swapped). The tool
-copies the package and the test file into a temporary directory, applies one mutant to
-the copy, runs the tests there, and prints whether the suite caught it. The repository's
-own ``compaction.py`` is never written.
+The predicate lives in ``agentdescent/context/forkrule.py`` (the comparison, ``auto``'s
+default ratio) and its counters in ``agentdescent/context/compaction.py``. Each mutant is one
+plausible bug in one of them (the comparison flipped, ``auto`` losing its default ratio, the
+decline and fallback counters swapped). The tool copies the package and the test file into
+a temporary directory, applies one mutant to the copy, runs the tests there, and prints
+whether the suite caught it. The repository's own files are never written.
 
     python tools/mutate_fork_predicate.py [--keep-going]
 
@@ -25,16 +26,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = Path("agentdescent") / "compaction.py"
+RULE = Path("agentdescent") / "context" / "forkrule.py"
+COUNTERS = Path("agentdescent") / "context" / "compaction.py"
 TESTS = Path("tests") / "test_context.py"
 
-#: (name, [(anchor, replacement), ...]); every anchor must occur exactly once.
-MUTANTS: list[tuple[str, list[tuple[str, str]]]] = [
-    ("flip `>=` to `<`", [("if span_ratio >= min_ratio:", "if span_ratio < min_ratio:")]),
-    ("flip `>=` to `>`", [("if span_ratio >= min_ratio:", "if span_ratio > min_ratio:")]),
-    ("drop auto's default ratio", [("return DEFAULT_FORK_MIN_SPAN_RATIO", "return None")]),
+#: (name, the file it mutates, [(anchor, replacement), ...]); every anchor must occur exactly once.
+MUTANTS: list[tuple[str, Path, list[tuple[str, str]]]] = [
+    ("flip `>=` to `<`", RULE, [("span_ratio is None or span_ratio >= min_ratio:",
+                                 "span_ratio is None or span_ratio < min_ratio:")]),
+    ("flip `>=` to `>`", RULE, [("span_ratio is None or span_ratio >= min_ratio:",
+                                 "span_ratio is None or span_ratio > min_ratio:")]),
+    ("drop auto's default ratio", RULE, [("return DEFAULT_FORK_MIN_SPAN_RATIO", "return None")]),
     (
         "swap the two counters",
+        COUNTERS,
         [
             ("self.fork_fallbacks += 1", "self.__SWAP__ += 1"),
             ("self.fork_declines += 1", "self.fork_fallbacks += 1"),
@@ -44,8 +49,8 @@ MUTANTS: list[tuple[str, list[tuple[str, str]]]] = [
 ]
 
 
-def apply(source: str, edits: list[tuple[str, str]]) -> str:
-    """Apply one mutant's edits in order.
+def apply(source: str, edits: list[tuple[str, str]], target: Path = RULE) -> str:
+    """Apply one mutant's edits in order to ``source`` (the text of ``target``).
 
     Raises:
         LookupError: an anchor is missing or ambiguous (the source changed shape).
@@ -54,15 +59,15 @@ def apply(source: str, edits: list[tuple[str, str]]) -> str:
         count = source.count(anchor)
         if count != 1:
             raise LookupError(
-                f"anchor {anchor!r} occurs {count} times in {TARGET}; update MUTANTS in "
+                f"anchor {anchor!r} occurs {count} times in {target}; update MUTANTS in "
                 f"{Path(__file__).name} to match the predicate's code"
             )
         source = source.replace(anchor, replacement)
     return source
 
 
-def make_copy(workdir: Path, source: str) -> None:
-    """Lay out the package (with ``source`` as compaction.py) and the test file in ``workdir``."""
+def make_copy(workdir: Path, target: Path | None = None, source: str = "") -> None:
+    """Lay out the package (with ``source`` as ``target``, when given) and the test file in ``workdir``."""
     shutil.copytree(ROOT / "agentdescent", workdir / "agentdescent",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (workdir / "tests").mkdir()
@@ -70,7 +75,8 @@ def make_copy(workdir: Path, source: str) -> None:
         shutil.copy2(ROOT / "tests" / helper, workdir / "tests" / helper)
     shutil.copy2(ROOT / TESTS, workdir / TESTS)
     shutil.copy2(ROOT / "pyproject.toml", workdir / "pyproject.toml")
-    (workdir / TARGET).write_text(source, encoding="utf-8")
+    if target is not None:
+        (workdir / target).write_text(source, encoding="utf-8")
 
 
 def run_tests(workdir: Path, keep_going: bool) -> tuple[bool, str]:
@@ -96,35 +102,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-going", action="store_true",
                         help="run every test for every mutant instead of stopping at the first failure")
     args = parser.parse_args(argv)
-    original = (ROOT / TARGET).read_text(encoding="utf-8")
+    originals = {t: (ROOT / t).read_text(encoding="utf-8") for t in (RULE, COUNTERS)}
     rows: list[tuple[str, str, str]] = []
     ok = True
     with tempfile.TemporaryDirectory(prefix="mutate-fork-") as tmp:
         base = Path(tmp) / "baseline"
         base.mkdir()
-        make_copy(base, original)
+        make_copy(base)
         started = time.perf_counter()
         passed, summary = run_tests(base, keep_going=True)
         rows.append(("(baseline, unmutated)", "passes" if passed else "FAILS", summary))
         if not passed:
             ok = False
-        for i, (name, edits) in enumerate(MUTANTS):
+        for i, (name, target, edits) in enumerate(MUTANTS):
             try:
-                mutated = apply(original, edits)
+                mutated = apply(originals[target], edits, target)
             except LookupError as exc:
                 rows.append((name, "NOT APPLIED", str(exc)))
                 ok = False
                 continue
             work = Path(tmp) / f"mutant{i}"
             work.mkdir()
-            make_copy(work, mutated)
+            make_copy(work, target, mutated)
             passed, summary = run_tests(work, args.keep_going)
             rows.append((name, "no (SURVIVED)" if passed else "yes", summary))
             if passed:
                 ok = False
         elapsed = time.perf_counter() - started
-    if (ROOT / TARGET).read_text(encoding="utf-8") != original:  # pragma: no cover - defensive
-        print("error: agentdescent/compaction.py changed while the tool ran", file=sys.stderr)
+    if any((ROOT / t).read_text(encoding="utf-8") != text for t, text in originals.items()):  # pragma: no cover
+        print("error: the predicate's files changed while the tool ran", file=sys.stderr)
         return 1
     print("| mutant | caught | tests |")
     print("|---|---|---|")
