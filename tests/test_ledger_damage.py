@@ -141,6 +141,22 @@ def test_an_altered_state_is_detected_on_open_and_on_commit(tmp_path):
             led.history("a")
 
 
+def test_a_stored_text_that_is_not_utf8_is_corruption_named_with_the_file(tmp_path):
+    """A flipped byte that leaves a text column invalid UTF-8: `LedgerCorrupted`, on open and with the check off."""
+    path = tmp_path / "flipped.sqlite"
+    build(path, {"a": 2})
+    bad = ("UPDATE versions SET state_json = CAST(X'7B226E223A2022FF227D' AS TEXT) "
+           "WHERE artifact_id = ? AND version = ?", ("a", 1))
+    before = damage(path, bad)
+    message = refused(path)
+    assert "is damaged" in message and "not valid UTF-8" in message and "'.recover'" in message
+    assert path.read_bytes() == before  # nothing was written
+    with SqliteLedger(path, check_history=False) as led:
+        assert led.head("a")[0] == 2  # the undamaged head still reads
+        with pytest.raises(LedgerCorrupted, match="not valid UTF-8"):
+            led.history("a")
+
+
 def test_a_row_rewritten_with_a_fresh_digest_breaks_the_link_to_the_next(tmp_path):
     path = tmp_path / "relinked.sqlite"
     build(path, {"a": 3})

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import LedgerError
 from .base import SCHEMA
-from .integrity import damaged_file_error
+from .integrity import damaged_file_error, undecodable_text_error
 
 __all__ = ["ConnectionKeeper", "read_only_mode"]
 
@@ -95,6 +95,8 @@ class ConnectionKeeper:
             damaged = damaged_file_error(str(self._path), what, exc)
             if damaged is not None:
                 return damaged
+        if isinstance(exc, sqlite3.OperationalError) and "Could not decode to UTF-8" in text:
+            return undecodable_text_error(str(self._path), what, exc)
         if isinstance(exc, sqlite3.DatabaseError) and "not a database" in text:
             return LedgerError(
                 f"ledger file {str(self._path)!r} is not a SQLite database ({exc}); expected an "

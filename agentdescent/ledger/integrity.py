@@ -392,6 +392,17 @@ def empty_file_error(path: str) -> LedgerCorrupted:
     )
 
 
+def undecodable_text_error(path: str, what: str, exc: BaseException) -> LedgerCorrupted:
+    """A text column that is not valid UTF-8 (a byte flipped, or bytes written by something else): damaged."""
+    return LedgerCorrupted(
+        f"ledger file {path!r} is damaged: {what} failed because a stored text is not valid UTF-8 "
+        f"({exc}). The ledger writes only UTF-8, so a byte of the file was changed. Restore it from a "
+        "backup, or pick another path to start a new ledger; the sqlite3 command line's '.recover' may "
+        "save what is left of it",
+        path=path, problems=(f"SQLite: {exc}",),
+    )
+
+
 def damaged_file_error(path: str, what: str, exc: BaseException) -> LedgerCorrupted | None:
     """A file SQLite calls malformed (or not a database) that begins as a SQLite file: truncated or damaged.
 
