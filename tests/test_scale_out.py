@@ -248,9 +248,12 @@ def test_a_worker_killed_mid_call(engine, backend, tmp_path):
         counters = result.counters
         solves = counters["rollouts"] + counters["self_verify_rollouts"] + counters["eval_rollouts"]
         # Dask re-ran the killed call (and any result that died with the worker before the
-        # driver fetched it); the engine retried nothing, and each result counted once
+        # driver fetched it), and each result counted once. Nothing failed for good; at most
+        # one call was retried by the engine: on a loaded machine Dask can lose a result it
+        # had computed on the dead worker and fail its gather ("Couldn't gather keys", seen
+        # by the driver as a TypeError from distributed), a failure the engine retries once
         assert len(helpers.calls(log_dir, "solve")) >= solves + 1
-        assert counters.get("backend_errors", 0) == counters.get("backend_failures", 0) == 0
+        assert counters.get("backend_failures", 0) == 0 and counters.get("backend_errors", 0) <= 1
         assert result.usage.total_tokens == (solves * sum(helpers.SOLVE_TOKENS)
                                              + counters["proposals"] * sum(helpers.PROPOSE_TOKENS))
         assert result.usage.calls == solves + counters["proposals"]
