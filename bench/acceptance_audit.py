@@ -233,15 +233,22 @@ def _run_decisions(cond: Condition, config: AggregatorConfig, decisions: int, me
     return decisions, accepted, {}
 
 
+def _junk_aggregator(cond: Condition, config: AggregatorConfig, index: int) -> tuple[random.Random, Any,
+                                                                                    AuditEvaluator, MemoryLedger,
+                                                                                    Aggregator]:
+    """One seeded junk instance (the candidate scores as the head) on a fresh aggregator: a run's start."""
+    rng = _rng(cond.key, index)
+    inst = draw(cond.scenario, rng)
+    ev = AuditEvaluator(inst.tasks, inst.head, inst.head, None, cond.scenario.flip, inst.groups, inst.noise_seed)
+    ledger, agg = _fresh(ev, config)
+    return rng, inst, ev, ledger, agg
+
+
 def _run_probe(cond: Condition, config: AggregatorConfig, decisions: int, meter: _Meter) -> tuple[int, int, dict]:
     per_seed = max(1, round(PROBE_PER_SEED * decisions / 1000))
     commits = []
     for seed in range(PROBE_SEEDS):
-        rng = _rng(cond.key, seed)
-        inst = draw(cond.scenario, rng)
-        ev = AuditEvaluator(inst.tasks, inst.head, inst.head, None, cond.scenario.flip, inst.groups,
-                            inst.noise_seed)
-        ledger, agg = _fresh(ev, config)
+        rng, inst, ev, ledger, agg = _junk_aggregator(cond, config, seed)
         count = 0
         for j in range(per_seed):
             before = _head(ledger)
@@ -260,11 +267,7 @@ def _run_runs(cond: Condition, config: AggregatorConfig, runs: int, rounds: int,
     dirty = 0
     commits = []
     for r in range(runs):
-        rng = _rng(cond.key, r)
-        inst = draw(cond.scenario, rng)
-        ev = AuditEvaluator(inst.tasks, inst.head, inst.head, None, cond.scenario.flip, inst.groups,
-                            inst.noise_seed)
-        ledger, agg = _fresh(ev, config)
+        rng, inst, ev, ledger, agg = _junk_aggregator(cond, config, r)
         for k in range(rounds):
             base = _head(ledger)
             for c in range(CARDS_PER_ROUND):
