@@ -455,11 +455,11 @@ class Measurer:
             unseen_head = {}
             for i, c, h in zip(indices, cand, head):
                 if i in first_c:
-                    self.noise.observe_redraw(first_c[i], c)
+                    self.noise.observe_free(first_c[i], c)  # the draw was evidence anyway: a free check
                 else:
                     first_c[i] = c
                 if i in first_h:
-                    self.noise.observe_redraw(first_h[i], h)
+                    self.noise.observe_free(first_h[i], h)
                 else:
                     first_h[i] = h
                     unseen_head[i] = h
