@@ -73,7 +73,15 @@ from .merge.staleness import (
     StalenessPolicy,
     get_policy,
 )
-from .merge.strategies import AppendRules, KeyedRules, SingleSlot, Strategy
+from .merge.strategies import (
+    AppendRules,
+    Demonstration,
+    Demonstrations,
+    KeyedRules,
+    RulesAndDemos,
+    SingleSlot,
+    Strategy,
+)
 from .model import Agent, Completion, Provider
 from .providers import from_callable, openai_compatible
 from .rewards.builtin import Score
@@ -120,6 +128,8 @@ __all__ = [
     "AllocatorContext",
     "AllocatorPolicy",
     "AppendRules",
+    "Demonstration",
+    "Demonstrations",
     "AsyncStats",
     "BackendFailure",
     "BudgetGovernor",
@@ -179,6 +189,7 @@ __all__ = [
     "SandboxUnavailable",
     "Schedule",
     "Score",
+    "RulesAndDemos",
     "SingleSlot",
     "Split",
     "SqliteLedger",

@@ -371,6 +371,9 @@ class EvidenceCard:
         feedback: what the reward said about the prompting rollout (a
             `agentdescent.rewards.builtin.Score`'s feedback; '' for a float reward): it reached the
             proposal request, and a commit's metadata keeps it.
+        proposal_kind: how the diff was proposed: ``"model"`` (a rule, rewrite or edit the
+            agent wrote), ``"labeled"`` or ``"bootstrapped"`` (a train task shown as a
+            demonstration: see `agentdescent.engine.demos`); ``""`` when not said.
     """
 
     diff: Diff
@@ -382,6 +385,7 @@ class EvidenceCard:
     self_verified: bool = False
     allocated: bool = True
     feedback: str = ""
+    proposal_kind: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the trajectory tasks by id)."""
@@ -390,6 +394,7 @@ class EvidenceCard:
             "before_after_delta": self.before_after_delta, "advantage": self.advantage,
             "trajectory_refs": [t.id for t in self.trajectory_refs], "cost_tokens": self.cost_tokens,
             "self_verified": self.self_verified, "allocated": self.allocated, "feedback": self.feedback,
+            "proposal_kind": self.proposal_kind,
         }
 
     @classmethod
@@ -401,6 +406,7 @@ class EvidenceCard:
             trajectory_refs=[tasks[i] for i in data["trajectory_refs"] if i in tasks],
             cost_tokens=int(data["cost_tokens"]), self_verified=bool(data["self_verified"]),
             allocated=bool(data["allocated"]), feedback=str(data.get("feedback", "")),
+            proposal_kind=str(data.get("proposal_kind", "")),
         )
 
 

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..engine.result import RoundInfo
+from ..errors import InvalidArgument
+from ..merge.demonstrations import DEMO_KEY_PREFIX, Demonstration, is_demo_key
 from ..types import MergeOutcome, MergeReport
 
 __all__ = ["KIND_WORDS", "decision_record", "likely_cause", "round_lines", "round_record"]
@@ -54,12 +56,24 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _op_line(key: str, value: str | None) -> str:
+    """One write of a candidate as the report shows it: a rule's text, or a demonstration in one line."""
+    if value is None:
+        return f"(removes {key})"
+    if is_demo_key(key):
+        try:
+            return f"demonstration {key[len(DEMO_KEY_PREFIX):]}: {Demonstration.from_value(value).describe()}"
+        except InvalidArgument:
+            pass
+    return _text(value, 300)
+
+
 def decision_record(report: MergeReport) -> dict[str, Any]:
     """One merge decision, JSON-ready: outcome, reason, the candidate's text and the paired test's numbers."""
     candidate: list[str] = []
     if report.accepted is not None:
         for key, value in sorted(report.accepted.ops.items()):
-            candidate.append(_text(value, 300) if value is not None else f"(removes {key})")
+            candidate.append(_op_line(key, value))
     return {
         "artifact_id": report.artifact_id, "outcome": report.outcome.value, "reason": report.reason,
         "fused": report.fused, "considered": report.considered, "candidate": candidate,

@@ -43,6 +43,7 @@ from ..validation import (
     check_text,
     is_int,
 )
+from .demos import check_proposal_rule
 from .families import (
     _ASYNC,
     ASYNC_DEFAULTS,
@@ -98,6 +99,15 @@ class RunConfig:
             control character, are refused).
         seed: seeds the task order, the split, the cheap subset and every decision's order.
         self_verify: re-run the proposing task on the patched artifact before merging.
+        proposal: what workers propose (`agentdescent.engine.demos`): ``"auto"`` (the
+            default: with a strategy that holds demonstration slots, such as
+            `agentdescent.RulesAndDemos`, train tasks become demonstrations while slots are
+            open, then swaps alternate with the agent's proposals; otherwise the agent's
+            proposals only), ``"model"`` (the agent's rules, rewrites or edits only),
+            ``"labeled"``, ``"bootstrapped"`` or ``"demos"`` (demonstrations only).
+        call_cache: an on-disk cache of model calls (`agentdescent.CallCache` or a folder
+            path): temperature-0 calls already made are served from disk, charged 0 tokens
+            and counted in ``result.counters["cache_hits"]``. None: no cache.
         staleness_policy: a `agentdescent.merge.staleness.StalenessPolicy` or its name (default
             ``"guarded"``).
         agg_config: aggregator knobs (`agentdescent.merge.aggregator.AggregatorConfig`).
@@ -150,6 +160,8 @@ class RunConfig:
     artifact_id: str = "artifact"
     seed: int = 0
     self_verify: bool = True
+    proposal: str = "auto"
+    call_cache: Any = None
     staleness_policy: StalenessPolicy | str | None = None
     agg_config: AggregatorConfig | None = None
     aggregator_factory: Callable[..., Any] | None = None
@@ -211,6 +223,11 @@ class RunConfig:
         if not is_int(self.seed):
             raise InvalidArgumentType(f"seed={self.seed!r}: use an int")
         check_bool(self.self_verify, "self_verify")
+        check_proposal_rule(self.proposal, self.strategy)
+        if self.call_cache is not None and not isinstance(self.call_cache, (str, os.PathLike)) and not callable(
+                getattr(self.call_cache, "get", None)):
+            raise InvalidArgumentType(f"call_cache={self.call_cache!r:.80}: pass an agentdescent.CallCache, a folder "
+                                      "path, or None")
         check_bool(self.fusion_tournament, "fusion_tournament", optional=True)
         check_bool(self.progress, "progress")
         check_bool(self.resume, "resume")

@@ -33,6 +33,7 @@ from ..budget.governor import BudgetGovernor
 from ..errors import BackendFailure, InvalidArgumentType, RunFailed, RunTimeout
 from ..ledger import Ledger, MemoryLedger, SqliteLedger
 from ..merge.aggregator import Aggregator, AggregatorConfig, Evaluator
+from ..merge.demonstrations import demo_slots
 from ..merge.relevance import Relevance
 from ..merge.staleness import StalenessPolicy
 from ..merge.strategies import AppendRules, Strategy
@@ -40,6 +41,7 @@ from ..types import MergeOutcome, MergeReport, Task
 from ..usage import Usage
 from .config import RunConfig
 from .counters import Counters
+from .demos import DemoChooser, PromptGuard
 from .evaluation import RolloutEvaluator
 from .executors import CallRunner, DaemonPool, check_travel, runs_in_process
 from .progress import ProgressStore, capture, restore
@@ -47,7 +49,7 @@ from .recorder import RoundRecorder
 from .result import RoundInfo
 from .stopping import StopRules
 from .testset import Evaluation, score_on
-from .worker import GroupTracker, TaskWalk
+from .worker import FailureBuffer, GroupTracker, TaskWalk
 
 __all__ = ["AggregatorFactory", "RunEnv", "close_run", "drive", "idle_reason", "open_run"]
 
@@ -97,6 +99,9 @@ class RunEnv:
     progress: ProgressStore
     recorder: RoundRecorder
     counters: Counters
+    chooser: DemoChooser | None = None  # what a worker proposes after a rollout (set by open_run)
+    guard: PromptGuard | None = None  # keeps held-out and test prompts out of the artifact
+    failures: FailureBuffer | None = None  # each worker's latest failures, for reflect_on > 1
     groups: GroupTracker = field(default_factory=GroupTracker)
     initial_reward: float | None = None
     last_reward: float | None = None
@@ -369,6 +374,9 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
         aggregator=aggregator, progress=progress, recorder=recorder,
         cycle=TaskWalk(train, config.seed, relevance=Relevance(train, agg_config.group_key, agg_config.relevance)),
         counters=counters,
+        chooser=DemoChooser(config.proposal, strategy, config.reward, config.seed),
+        guard=PromptGuard([*held_out, *(config.split.test_tasks or ())]) if demo_slots(strategy) else None,
+        failures=FailureBuffer.for_agent(config.agent),
     )
     if saved is not None:
         version, state = led.head(config.artifact_id)

@@ -13,6 +13,7 @@ decide when steps run, the aggregator what becomes of their cards.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import math
 import random
@@ -26,14 +27,16 @@ from ..budget.governor import BudgetGovernor
 from ..errors import EditRefused, ProposalContractError
 from ..merge.relevance import Relevance
 from ..merge.strategies import Strategy
+from ..seams import unwrap
 from ..types import Diff, EvidenceCard, Task, stable_hash
 from ..usage import thread_tokens
 from .counters import Counters
+from .demos import DemoChooser, PromptGuard
 from .executors import CallRunner
 
 logger = logging.getLogger("agentdescent.worker")
 
-__all__ = ["GroupTracker", "Rollout", "TaskWalk", "WorkerContext", "card_step", "rollout_step"]
+__all__ = ["FailureBuffer", "GroupTracker", "Rollout", "TaskWalk", "WorkerContext", "card_step", "rollout_step"]
 
 
 class GroupTracker:
@@ -182,6 +185,42 @@ class TaskWalk:
             self.skipped_presumed = int(state.get("skipped_presumed", 0))
 
 
+class FailureBuffer:
+    """Each worker's latest failed rollouts, for a proposer that reflects on several at once.
+
+    ``LLMAgent(reflect_on=k)`` asks for a proposal with up to ``k - 1`` other failures of
+    the same worker on the same artifact version beside the one that prompts it (GEPA's
+    reflective minibatch); this buffer keeps them. ``width`` is ``k`` (1: nothing is kept
+    and proposals carry one failure, as they always did).
+    """
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self._lock = threading.Lock()
+        self._by_worker: dict[int, collections.deque[Rollout]] = {}
+
+    @classmethod
+    def for_agent(cls, agent: Any) -> FailureBuffer:
+        """The buffer an agent's ``reflect_on`` asks for (width 1 without one)."""
+        width = getattr(unwrap(agent), "reflect_on", 1) if agent is not None else 1
+        return cls(width if isinstance(width, int) and not isinstance(width, bool) and width > 1 else 1)
+
+    def add(self, rollout: Rollout) -> None:
+        """Keep ``rollout`` (a failed one) as its worker's latest."""
+        if self.width <= 1:
+            return
+        with self._lock:
+            self._by_worker.setdefault(rollout.worker_id, collections.deque(maxlen=self.width)).append(rollout)
+
+    def others(self, rollout: Rollout) -> list[tuple[Task, str, float]]:
+        """Up to ``width - 1`` other failures of the worker on the same version, newest first."""
+        with self._lock:
+            kept = list(self._by_worker.get(rollout.worker_id, ()))
+        out = [(r.task, r.output, r.reward) for r in reversed(kept)
+               if r is not rollout and r.version == rollout.version and r.task.id != rollout.task.id]
+        return out[: self.width - 1]
+
+
 class WorkerContext(Protocol):
     """What a worker step reads of its run (the run's environment provides it)."""
 
@@ -195,6 +234,8 @@ class WorkerContext(Protocol):
     cycle: TaskWalk
     counters: Counters
     self_verify: bool
+    chooser: DemoChooser
+    guard: PromptGuard | None
 
 
 @dataclass
@@ -231,54 +272,89 @@ def rollout_step(env: WorkerContext, worker_id: int, task: Task, version: int, s
     return Rollout(worker_id, task, version, dict(state), rendered, output, reward, tokens)
 
 
-def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
-    """Propose after an unsolved rollout and build its evidence card.
+def _model_proposal(env: WorkerContext, rollout: Rollout) -> str | None:
+    """Ask the agent for a rule, rewrite or edit (with the worker's other failures when it reflects on several)."""
+    task = rollout.task
+    propose = env.propose
+    failures = getattr(env, "failures", None)
+    if failures is not None and failures.width > 1:
+        propose = functools.partial(env.propose, failures=failures.others(rollout))
+    proposal = env.runner.call(
+        propose, rollout.rendered, task, rollout.output, rollout.reward,
+        what=f"worker {rollout.worker_id} proposal for task {task.id!r}", phase="proposal",
+        worker=rollout.worker_id)
+    env.counters.add("proposals")
+    if proposal is not None and not isinstance(proposal, str):
+        raise ProposalContractError(
+            f"propose returned {type(proposal).__name__} for task {task.id!r}; "
+            "return a str (one change) or None (no change)"
+        )
+    return proposal
 
+
+def _proposal_diff(env: WorkerContext, rollout: Rollout, kind: str) -> Diff | None:
+    """The diff of this rollout's proposal of ``kind`` (a model's, or a demonstration), or None."""
+    author = f"worker-{rollout.worker_id}"
+    if kind in ("labeled", "bootstrapped"):
+        env.counters.add(f"demos_{kind}")
+        return env.chooser.diff(kind, rollout.task, rollout.output, rollout.state, author=author,
+                                version=rollout.version, target=env.artifact_id)
+    proposal = _model_proposal(env, rollout)
+    if proposal is None:
+        return None
+    try:
+        return env.strategy.to_diff(rollout.state, proposal, author, rollout.version, env.artifact_id)
+    except EditRefused as refused:
+        # an edit that does not apply (a code strategy): counted like a refused reply
+        env.counters.add("edits_refused")
+        logger.debug("worker %d: edit refused (%s): %s", rollout.worker_id, refused.reason, refused)
+        return None
+
+
+def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
+    """Propose after a rollout and build its evidence card.
+
+    What is proposed is the run's ``proposal=`` rule (`agentdescent.engine.demos.DemoChooser`):
+    after an unsolved rollout, a model proposal or a labeled demonstration; after a
+    full-marks one, a bootstrapped demonstration or nothing. A diff that would put a
+    held-out or test prompt into the artifact is refused (``demos_refused``, no card).
     The advantage is read from the run's `GroupTracker` now. The budget governor is asked
     once, from the card's pre-spend features, whether the candidate is worth its optional
     spend (``card.allocated``): its self-verify rollout (re-run the task on the patched
-    artifact, when ``self_verify`` is on) and its held-out evaluation at the merge. A
-    skipped self-verify records ``before_after_delta = 0.0``; the card still goes to the
+    artifact, when ``self_verify`` is on; never for a demonstration of the task itself,
+    which would only show the model copying it) and its held-out evaluation at the merge.
+    A skipped self-verify records ``before_after_delta = 0.0``; the card still goes to the
     merge, where a candidate with no allocated card is not evaluated (so not committed).
 
     Raises:
         BackendFailure: the proposal or the self-verify failed for good.
         ProposalContractError: the proposer returned neither ``str`` nor ``None``.
     """
-    if rollout.reward >= 1.0:
-        return None
     task = rollout.task
+    failures = getattr(env, "failures", None)
+    if failures is not None and rollout.reward < 1.0:
+        failures.add(rollout)
+    kind = env.chooser.kind(task, rollout.version, rollout.state, rollout.reward)
+    if kind is None:
+        return None
     advantage = env.groups.advantage(rollout.version, rollout.reward)
     tokens_before = thread_tokens()
     try:
-        proposal = env.runner.call(
-            env.propose, rollout.rendered, task, rollout.output, rollout.reward,
-            what=f"worker {rollout.worker_id} proposal for task {task.id!r}", phase="proposal",
-            worker=rollout.worker_id)
-        env.counters.add("proposals")
-        if proposal is not None and not isinstance(proposal, str):
-            raise ProposalContractError(
-                f"propose returned {type(proposal).__name__} for task {task.id!r}; "
-                "return a str (one change) or None (no change)"
-            )
-        if proposal is None:
-            return None
-        try:
-            diff = env.strategy.to_diff(rollout.state, proposal, f"worker-{rollout.worker_id}", rollout.version,
-                                        env.artifact_id)
-        except EditRefused as refused:
-            # an edit that does not apply (a code strategy): counted like a refused reply
-            env.counters.add("edits_refused")
-            logger.debug("worker %d: edit refused (%s): %s", rollout.worker_id, refused.reason, refused)
-            return None
+        diff = _proposal_diff(env, rollout, kind)
         if diff is None:
             return None
+        refusal = env.guard.refusal(diff) if env.guard is not None else None
+        if refusal is not None:
+            env.counters.add("demos_refused")
+            logger.info("worker %d: a %s proposal from task %r refused: %s", rollout.worker_id, kind, task.id,
+                        refusal)
+            return None
         card = EvidenceCard(diff, {env.artifact_id: rollout.version}, None, advantage, [task],
-                            feedback=getattr(rollout.reward, "feedback", ""))
+                            feedback=getattr(rollout.reward, "feedback", ""), proposal_kind=kind)
         card.allocated = env.governor.candidate_worth(pre_spend_context(card, env.blast_radius))
         if not card.allocated:
             env.counters.add("not_allocated")
-        if env.self_verify:
+        if env.self_verify and kind == "model":
             if card.allocated:
                 patched = env.strategy.render(diff.apply(rollout.state))
                 _, verified = env.runner.solve_and_score(
@@ -291,6 +367,8 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
             else:
                 card.before_after_delta = 0.0
                 env.counters.add("self_verify_skipped")
+        elif kind != "model":
+            card.before_after_delta = 0.0
     finally:
         spent = thread_tokens() - tokens_before
         env.counters.add("step_tokens", spent)
