@@ -11,6 +11,7 @@ import logging
 import sys
 
 from ._version import VERSION
+from .agents.callcache import CallCache
 from .agents.command import CommandAgent
 from .agents.llm import LLMAgent
 from .budget.allocator import (
@@ -64,6 +65,7 @@ from .errors import (
 )
 from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger
 from .merge.aggregator import Aggregator, AggregatorConfig, Evaluator
+from .merge.demonstrations import Demonstration, Demonstrations, RulesAndDemos
 from .merge.governance import FAST_MAX, Layer, classify
 from .merge.staleness import (
     FullStaleness,
@@ -73,15 +75,7 @@ from .merge.staleness import (
     StalenessPolicy,
     get_policy,
 )
-from .merge.strategies import (
-    AppendRules,
-    Demonstration,
-    Demonstrations,
-    KeyedRules,
-    RulesAndDemos,
-    SingleSlot,
-    Strategy,
-)
+from .merge.strategies import AppendRules, KeyedRules, SingleSlot, Strategy
 from .model import Agent, Completion, Provider
 from .providers import from_callable, openai_compatible
 from .rewards.builtin import Score
@@ -133,6 +127,7 @@ __all__ = [
     "AsyncStats",
     "BackendFailure",
     "BudgetGovernor",
+    "CallCache",
     "CASConflict",
     "Clock",
     "CommandAgent",

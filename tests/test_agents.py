@@ -602,3 +602,156 @@ def test_a_cut_off_proposal_over_a_real_server_is_refused():
         assert agent.propose(PLAYBOOK, TASK, "It is Paris.", 0.0) == "Always answer with the bare year."
         assert server.requests[0].body["max_tokens"] == 6
     assert agent.stats()["truncated"] == 1 and agent.stats()["rules"] == 1
+
+
+# --------------------------------------------------------------------------- demonstrations as chat turns
+
+from agentdescent.fewshot import render_demonstrations  # noqa: E402
+from agentdescent.rewards.builtin import Score  # noqa: E402
+
+DEMOS = [("2 + 2?", "4"), ("Capital of Italy?", "Rome")]
+WITH_DEMOS = PLAYBOOK + "\n\n" + render_demonstrations(DEMOS)
+
+
+def recording_agent(reply: str = "ok", **kwargs) -> tuple[LLMAgent, FakeProvider]:
+    fake = FakeProvider(lambda messages, **options: reply)
+    return LLMAgent(fake, **kwargs), fake
+
+
+def test_demonstrations_are_sent_as_chat_turns_in_order():
+    agent, fake = recording_agent("Paris")
+    assert agent.solve(WITH_DEMOS, TASK) == "Paris"
+    assert fake.requests[0]["messages"] == [
+        {"role": "system", "content": PLAYBOOK},
+        {"role": "user", "content": "2 + 2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "Capital of Italy?"},
+        {"role": "assistant", "content": "Rome"},
+        {"role": "user", "content": TASK.prompt},
+    ]
+
+
+def test_demonstration_turns_are_filled_by_the_solve_template():
+    agent, _ = recording_agent(solve_template="[{task_id}] Q: {prompt}")
+    messages = agent.messages_for_solve(WITH_DEMOS, TASK)
+    assert [m["content"] for m in messages[1:]] == [
+        "[demo-1] Q: 2 + 2?", "4", "[demo-2] Q: Capital of Italy?", "Rome", "[t1] Q: " + TASK.prompt]
+
+
+def test_an_artifact_template_gets_the_instructions_and_the_demos_get_none():
+    agent, _ = recording_agent(solve_template="{artifact}\n\nQ: {prompt}")
+    messages = agent.messages_for_solve(WITH_DEMOS, TASK)
+    assert all(m["role"] != "system" for m in messages)
+    assert messages[0] == {"role": "user", "content": "Q: 2 + 2?"}  # empty {artifact}, stripped
+    assert messages[1] == {"role": "assistant", "content": "4"}
+    assert messages[-1] == {"role": "user", "content": f"{PLAYBOOK}\n\nQ: {TASK.prompt}"}
+    assert "<<<" not in "".join(m["content"] for m in messages)
+
+
+def test_blank_instructions_with_demonstrations_send_the_turns_and_no_system_message():
+    rendered = "# Playbook\n\n" + render_demonstrations(DEMOS)
+    agent, _ = recording_agent()
+    messages = agent.messages_for_solve(rendered, TASK)
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    agent, _ = recording_agent(solve_template="{artifact}\n\nQ: {prompt}")
+    assert agent.messages_for_solve(rendered, TASK)[-1] == {"role": "user", "content": f"Q: {TASK.prompt}"}
+
+
+def test_demonstrations_holding_marker_lines_survive_the_round_trip():
+    tricky = [("<<<input>>>\nline two", "\\<<<output>>>\n<<<end demonstrations>>>")]
+    agent, _ = recording_agent()
+    messages = agent.messages_for_solve(PLAYBOOK + "\n\n" + render_demonstrations(tricky), TASK)
+    assert messages[1:3] == [{"role": "user", "content": tricky[0][0]},
+                             {"role": "assistant", "content": tricky[0][1]}]
+
+
+@pytest.mark.parametrize("template", [None, "{artifact}\n\nQ: {prompt}"])
+def test_a_text_without_a_block_is_sent_as_before(template):
+    agent, _ = recording_agent(solve_template=template)
+    text = PLAYBOOK + "\n<<<demonstrations>>>\nnot a block: it never ends"
+    messages = agent.messages_for_solve(text, TASK)
+    if template is None:
+        assert messages == [{"role": "system", "content": text}, {"role": "user", "content": TASK.prompt}]
+    else:
+        assert messages == [{"role": "user", "content": f"{text}\n\nQ: {TASK.prompt}"}]
+
+
+def test_the_proposer_reads_the_demonstrations_as_a_list_not_as_markers():
+    agent, fake = recording_agent("Answer with one word.")
+    long_input = "x" * 500
+    rendered = PLAYBOOK + "\n\n" + render_demonstrations([*DEMOS, (long_input, "y")])
+    agent.propose(rendered, TASK, "It is Paris.", 0.0)
+    prompt = fake.requests[0]["messages"][0]["content"]
+    assert "<<<" not in prompt
+    assert "Examples the assistant is shown:\n- 2 + 2? -> 4\n- Capital of Italy? -> Rome\n- " in prompt
+    assert long_input not in prompt and "x" * 190 in prompt
+
+
+def test_a_rule_already_in_the_instructions_is_restated_even_with_demonstrations():
+    agent, _ = recording_agent("Answer with one word.")
+    assert agent.propose(WITH_DEMOS, TASK, "It is Paris.", 0.0) is None
+    assert agent.stats()["restated"] == 1
+
+
+# --------------------------------------------------------------------------- reflect_on: several failures
+
+OTHER = Task("t2", "Which river flows through Vienna?", {"answer": "Danube"})
+THIRD = Task("t3", "What is the largest ocean on Earth?", {"answer": "Pacific"})
+
+
+def test_reflect_on_one_leaves_the_prompt_byte_identical():
+    plain, plain_fake = recording_agent("Name the city only.")
+    wide, wide_fake = recording_agent("Name the city only.", reflect_on=1)
+    plain.propose(PLAYBOOK, TASK, "It is Paris.", 0.0)
+    wide.propose(PLAYBOOK, TASK, "It is Paris.", 0.0, failures=[(OTHER, "The Rhine.", 0.0)])
+    assert plain_fake.requests == wide_fake.requests
+    expected = DEFAULT_PROPOSE_TEMPLATE.format(
+        artifact=PLAYBOOK, prompt=TASK.prompt, output="It is Paris.", reward=0.0, task_id="t1", feedback="",
+        feedback_text="", others="")
+    assert plain_fake.requests[0]["messages"][0]["content"] == expected
+
+
+def test_reflect_on_shows_the_other_failures_with_their_feedback():
+    agent, fake = recording_agent("Name the place only.", reflect_on=2)
+    failures = [(OTHER, "The Rhine.", Score(0.0, "expected 'Danube'")), (THIRD, "Atlantic", 0.0)]
+    assert agent.propose(PLAYBOOK, TASK, "It is Paris.", 0.0, failures=failures) == "Name the place only."
+    prompt = fake.requests[0]["messages"][0]["content"]
+    assert OTHER.prompt in prompt and "The Rhine." in prompt and "expected 'Danube'" in prompt
+    assert THIRD.prompt not in prompt  # reflect_on=2: one other failure at most
+    assert prompt.index(TASK.prompt) < prompt.index(OTHER.prompt) < prompt.index("Write ONE general rule")
+
+
+def test_other_failures_are_cut_when_long():
+    agent, fake = recording_agent("Name the place only.", reflect_on=3)
+    agent.propose(PLAYBOOK, TASK, "Paris", 0.0, failures=[(Task("t9", "q" * 5000), "a" * 5000, 0.0)])
+    prompt = fake.requests[0]["messages"][0]["content"]
+    assert "q" * 5000 not in prompt and "a" * 5000 not in prompt and "characters cut" in prompt
+
+
+def test_a_template_without_others_does_not_show_them():
+    template = "Task: {prompt}\nAnswer: {output}\nOne rule:"
+    agent, fake = recording_agent("Name the place only.", reflect_on=4, propose_template=template)
+    agent.propose(PLAYBOOK, TASK, "Paris", 0.0, failures=[(OTHER, "The Rhine.", 0.0)])
+    assert OTHER.prompt not in fake.requests[0]["messages"][0]["content"]
+
+
+def test_a_rule_echoing_another_shown_task_is_refused():
+    agent, _ = recording_agent(OTHER.prompt, reflect_on=2)
+    assert agent.propose(PLAYBOOK, TASK, "Paris", 0.0, failures=[(OTHER, "The Rhine.", 0.0)]) is None
+    assert agent.stats()["echoed"] == 1
+    agent, _ = recording_agent("The Rhine flows through many big European cities.", reflect_on=2)
+    answer = "The Rhine flows through many big European cities."
+    assert agent.propose(PLAYBOOK, TASK, "Paris", 0.0, failures=[(OTHER, answer, 0.0)]) is None
+    assert agent.stats()["echoed"] == 1
+
+
+@pytest.mark.parametrize(("value", "error"), [(0, ValueError), (17, ValueError), (2.0, TypeError),
+                                              (True, TypeError), ("2", TypeError)])
+def test_reflect_on_is_an_int_from_1_to_16(value, error):
+    with pytest.raises(error, match="reflect_on"):
+        LLMAgent(FakeProvider(lambda m, **o: "x"), reflect_on=value)
+
+
+def test_an_unknown_template_field_names_others_among_the_known_ones():
+    with pytest.raises(ValueError, match=r"\{others\}"):
+        LLMAgent(FakeProvider(lambda m, **o: "x"), propose_template="{prompt} {output} {other}")

@@ -25,7 +25,7 @@ MAX_LINES = 600
 MAX_RUNTIME_LINES = 500
 #: The ground floor: the modules every layer uses, at the package's top level.
 GROUND = {"errors", "validation", "seams", "clock", "failures", "textedits", "types", "messages",
-          "tokens", "usage", "model", "processes"}
+          "tokens", "usage", "model", "processes", "fewshot"}
 PRIVATE = {"_http", "_version"}
 
 

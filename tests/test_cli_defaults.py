@@ -34,6 +34,7 @@ NOT_MIRRORS = {
     ("resume", "--rounds"),  # default: the rounds the run had left
     ("init", "--test-tasks"),  # a file, read into Split.test_tasks
     ("init", "--strategy"),  # a name (append, keyed, single), made into a Strategy
+    ("init", "--proposal"),  # LLMAgent's reply mode (rule, rewrite), not the engine's proposal= rule
 }
 
 

@@ -113,21 +113,30 @@ def test_bad_knobs_and_values_are_named():
 
 # --------------------------------------------------------------------------- the proposal rule
 
-def test_auto_fills_open_slots_then_alternates_swaps_with_model_proposals():
+def test_auto_fills_open_slots_swaps_copied_examples_and_asks_the_model_otherwise():
     s = ad.RulesAndDemos(demos=2)
     chooser = DemoChooser("auto", s, _reward, seed=0)
-    t = _task("t", 1)
-    assert chooser.kind(t, 1, {}, 0.0) == "labeled"
-    assert chooser.kind(t, 1, {}, 1.0) == "bootstrapped"
-    full = {"demo:1": Demonstration("a", "A").to_value(), "demo:2": Demonstration("b", "B").to_value()}
-    assert chooser.kind(t, 1, full, 1.0) is None
-    kinds = {chooser.kind(_task("t", i), v, full, 0.0) for i in range(20) for v in range(3)}
-    assert kinds == {"labeled", "model"}
-    unlabeled = ad.Task("u", "no answer here")
-    assert chooser.kind(unlabeled, 1, {}, 0.0) == "model"
+    t = _task("t", 1)  # wants L1
+    assert chooser.kind(t, 1, {}, 0.0, "no idea") == "labeled"
+    assert chooser.kind(t, 1, {}, 1.0, "L1") is None  # its answer is known: shown where it fails
+    assert chooser.kind(ad.Task("u", "open question"), 1, {}, 1.0, "a fine reply") == "bootstrapped"
+    assert DemoChooser("bootstrapped", s, _reward, 0).kind(t, 1, {}, 1.0, "L1") == "bootstrapped"
+    full = {"demo:1": Demonstration("a", "L0").to_value(), "demo:2": Demonstration("b", "L1").to_value()}
+    assert chooser.kind(t, 1, full, 1.0, "L1") is None
+    # the reply copied demonstration 1's output: a swap of slot 1, and only of slot 1
+    assert chooser.kind(t, 1, full, 0.0, "L0") == "labeled"
+    for v in range(5):
+        assert set(chooser.diff("labeled", t, "L0", full, author="w", version=v, target="a").ops) == {"demo:1"}
+    # nothing copied, every slot full: the model writes a rule
+    assert chooser.kind(t, 1, full, 0.0, "no idea") == "model"
+    half = {"demo:1": full["demo:1"]}
+    slots = {next(iter(chooser.diff("labeled", _task("t", i), "L0", half, author="w", version=1,
+                                    target="a").ops)) for i in range(1, 40, 4)}
+    assert slots == {"demo:1", "demo:2"}  # the open slot and the copied one
+    assert chooser.kind(ad.Task("u", "no answer here"), 1, {}, 0.0, "") == "model"
     assert DemoChooser("auto", ad.AppendRules(), _reward, 0).kind(t, 1, {}, 0.0) == "model"
     assert DemoChooser("model", s, _reward, 0).kind(t, 1, {}, 0.0) == "model"
-    assert DemoChooser("demos", s, _reward, 0).kind(t, 1, full, 0.0) == "labeled"
+    assert DemoChooser("demos", s, _reward, 0).kind(t, 1, full, 0.0, "no idea") == "labeled"
 
 
 def test_the_expected_output_hook_of_a_reward():
@@ -185,7 +194,7 @@ def test_demonstrations_improve_the_toy_model_and_only_train_tasks_become_demons
         held_out_frac=0.4, **stop)
     assert result.error is None
     assert result.test_initial == 0.0 and result.test_final >= 0.5
-    assert result.counters["demos_labeled"] + result.counters["demos_bootstrapped"] > 0
+    assert result.counters["demos_labeled"] + result.counters.get("demos_bootstrapped", 0) > 0
     assert result.counters["demos_refused"] > 0
     values = _committed_values(tmp_path / "l.sqlite")
     demos = [Demonstration.from_value(v) for v in values if v.startswith("{")]

@@ -19,6 +19,7 @@ from agentdescent.rewards.builtin import (
     REWARD_NAMES,
     Score,
     answer_regex,
+    any_target,
     by_name,
     check_reward,
     contains_answer,
@@ -325,7 +326,7 @@ def test_one_of_needs_two_distinct_non_empty_labels(choices: list[str]) -> None:
         one_of(choices)
 
 
-@pytest.mark.parametrize("choices", ["positive,negative", None, 3, {"a", "b"}])
+@pytest.mark.parametrize("choices", ["positive,negative", 3, {"a", "b"}])  # None: each task's meta["choices"]
 def test_one_of_needs_a_list(choices: object) -> None:
     with pytest.raises(InvalidArgumentType, match="list of labels"):
         one_of(choices)  # type: ignore[arg-type]
@@ -510,3 +511,101 @@ def test_by_name_passes_on_the_built_ins_own_errors(name: str, words: str) -> No
 def test_by_name_needs_a_string(name: object) -> None:
     with pytest.raises(InvalidArgumentType, match="reward name"):
         by_name(name)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- one_of() and any_target
+
+
+def choosing(answer: str, choices: object, task_id: str = "c1") -> Task:
+    return Task(task_id, "Which one?", {"answer": answer, "choices": choices})
+
+
+@pytest.mark.parametrize("make", [lambda: one_of(), lambda: one_of(None)])
+def test_one_of_without_choices_reads_each_tasks_own(make: object) -> None:
+    reward = make()  # type: ignore[operator]
+    sports = choosing("plausible", ["plausible", "implausible"])
+    colours = choosing("blue", ["red", "green", "blue"], "c2")
+    assert reward(sports, "Plausible.") == 1.0
+    assert reward(colours, "It is blue") == 1.0
+    assert reward(colours, "red") == 0.0
+    assert reward.__name__ == "one_of"
+
+
+def test_one_of_without_choices_gives_the_same_feedback_as_with_them() -> None:
+    task = choosing("positive", ["positive", "negative", "neutral"])
+    fixed, per_task = one_of(["positive", "negative", "neutral"]), one_of()
+    for reply in ("positive", "positive or negative", "negative", "no idea"):
+        a, b = fixed(task, reply), per_task(task, reply)
+        assert (float(a), a.feedback) == (float(b), b.feedback)
+    assert per_task(task, "positive or negative").feedback == (
+        "expected exactly one choice, 'positive'; the reply named 2: positive, negative")
+    assert per_task(task, "positive").feedback == "correct: the reply names 'positive' and no other choice"
+
+
+def test_one_of_reads_implausible_as_one_choice_not_two() -> None:
+    reward = one_of()
+    task = choosing("implausible", ["plausible", "implausible"])
+    right = reward(task, "Implausible")
+    assert right == 1.0 and right.feedback == "correct: the reply names 'implausible' and no other choice"
+    assert reward(task, "plausible") == 0.0
+    hedge = reward(task, "plausible, or maybe implausible")
+    assert hedge == 0.0 and "named 2" in hedge.feedback
+
+
+def test_one_of_with_fixed_choices_is_unchanged_by_task_choices() -> None:
+    reward = one_of(["yes", "no"])
+    assert reward(choosing("yes", ["a", "b"]), "yes") == 1.0
+
+
+@pytest.mark.parametrize("choices", [None, "a,b", ["only"], ["x", "X"], ["x", ""], 3])
+def test_one_of_without_choices_refuses_a_task_without_two_of_them(choices: object) -> None:
+    task = choosing("x", choices) if choices is not None else answered("x")
+    with pytest.raises(RewardContractError, match="'c1'|'q1'"):
+        one_of()(task, "x")
+
+
+def test_one_of_without_choices_refuses_an_answer_that_is_not_a_choice() -> None:
+    with pytest.raises(RewardContractError, match="not one of the choices"):
+        one_of()(choosing("maybe", ["yes", "no"]), "yes")
+
+
+def targeted(targets: object, answer: str = "unused") -> Task:
+    return Task("g1", "How many?", {"answer": answer, "targets": targets})
+
+
+@pytest.mark.parametrize("reply", ["6", "There are 6.", "six", "Six apples", "I count 6, in all"])
+def test_any_target_accepts_any_target_as_a_whole_word(reply: str) -> None:
+    score = any_target(targeted(["six", "6"]), reply)
+    assert score == 1.0 and score.feedback.startswith("correct: the reply contains")
+
+
+@pytest.mark.parametrize("reply", ["16", "6.5", "0.6", "sixteen", "", "seven"])
+def test_any_target_refuses_a_number_inside_another(reply: str) -> None:
+    score = any_target(targeted(["six", "6"]), reply)
+    assert score == 0.0
+    assert score.feedback.startswith("expected the reply to contain one of 'six', '6'; it was")
+
+
+def test_any_target_falls_back_to_the_answer_and_takes_a_phrase() -> None:
+    task = Task("g2", "Capital?", {"answer": "New York"})
+    assert any_target(task, "It is new york.") == 1.0
+    assert any_target(task, "York") == 0.0
+    assert any_target(targeted("C++"), "use C++ here") == 1.0
+
+
+@pytest.mark.parametrize("targets", [[], ["", "  "], 5])
+def test_any_target_refuses_empty_targets(targets: object) -> None:
+    with pytest.raises(RewardContractError, match="'g1'"):
+        any_target(targeted(targets), "x")
+
+
+def test_any_target_needs_targets_or_an_answer() -> None:
+    with pytest.raises(RewardContractError, match="meta\\['answer'\\]"):
+        any_target(TASK, "x")
+
+
+def test_any_target_is_exported() -> None:
+    import agentdescent.rewards
+
+    assert agentdescent.rewards.any_target is any_target and "any_target" in agentdescent.rewards.__all__
+    assert check_reward(targeted(["1"]), any_target(targeted(["1"]), "1")) == 1.0

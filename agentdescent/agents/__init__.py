@@ -1,14 +1,16 @@
 """Agents: `LLMAgent` (an `Agent` built on a `Provider`), `CommandAgent`, and the parsing of replies.
 
-Owns the solve and proposal templates, per-worker conversations (`llm`), command-line programs
+Owns the agent's calls and per-worker conversations (`llm`), command-line programs
 as models (`command`: `CommandProvider` runs one, `CommandAgent` is an `LLMAgent` over it) and
 the one reply parser (`proposals`: a reply becomes a rule, a rewrite, code edits, or `None` with
-its refusal kind).
+its refusal kind), the templates and the text that fills them (`templates`), and the on-disk
+cache of model calls (`callcache`).
 Imports the ground floor and `context` (a conversation is compacted there); it must not import
 the engine, the merge, the ledger, the providers or the command line: a provider reaches an
 agent as an object through the `Provider` seam.
 """
 
+from .callcache import CallCache, active_call_cache, as_call_cache, call_cache_scope
 from .command import CommandAgent, CommandProvider
 from .llm import (
     DEFAULT_EDIT_TEMPLATE,
@@ -34,7 +36,11 @@ from .llm import (
 )
 
 __all__ = [
+    "active_call_cache",
     "Agent",
+    "as_call_cache",
+    "CallCache",
+    "call_cache_scope",
     "CommandAgent",
     "CommandProvider",
     "Completion",

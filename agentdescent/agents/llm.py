@@ -1,8 +1,11 @@
 """`LLMAgent`: the agent built on a `Provider` (templates, conversations, refusal counts).
 
 This module owns how an agent turns a task and an artifact into model messages (the
-solve, propose and rewrite templates), how it keeps one conversation per worker when
-asked, and how it counts what its provider spent. How a reply becomes a proposal is
+templates filled, the artifact's demonstrations sent as chat turns, other failures shown
+to the proposer), how it keeps one conversation per worker when asked, how it consults a
+call cache, and how it counts what its provider spent. The templates and the text that
+fills them are `agentdescent.agents.templates`'s (re-exported here), the cache
+`agentdescent.agents.callcache`'s; how a reply becomes a proposal is
 `agentdescent.agents.proposals`'s; the model seam it builds on is `agentdescent.model`'s and the
 meters are `agentdescent.usage`'s (both re-exported here under the public
 ``agentdescent.agents.llm`` names). It must not import a provider SDK: the adapters live in
@@ -12,21 +15,21 @@ meters are `agentdescent.usage`'s (both re-exported here under the public
 from __future__ import annotations
 
 import logging
-import re
-import string
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..context.compaction import ContextManager
 from ..errors import InvalidArgument, InvalidArgumentType
+from ..fewshot import split_demonstrations
 from ..messages import messages_to_prompt
 from ..model import Agent, Completion, Provider
 from ..seams import adopt
 from ..tokens import estimate_tokens
-from ..types import Task, sanitize_text
+from ..types import Task
 from ..usage import Usage, current_worker, thread_tokens, usage_phase, worker_scope
 from ..validation import RENAMED, check_int, check_real, check_renamed
+from .callcache import CallCache, active_call_cache, as_call_cache
 from .proposals import (
     DEFAULT_MAX_CHARS,
     REFUSAL_KINDS,
@@ -35,12 +38,30 @@ from .proposals import (
     is_blank_artifact,
     parse_proposal,
 )
+from .templates import (
+    DEFAULT_EDIT_TEMPLATE,
+    DEFAULT_PROPOSE_TEMPLATE,
+    DEFAULT_REWRITE_TEMPLATE,
+    DEFAULT_SOLVE_TEMPLATE,
+    PROPOSE_FIELDS,
+    PROPOSE_REQUIRED,
+    REWRITE_REQUIRED,
+    SOLVE_FIELDS,
+    SOLVE_REQUIRED,
+    check_template,
+    feedback_of,
+    feedback_paragraph,
+    others_paragraph,
+    shown_artifact,
+    uses_field,
+)
 
 __all__ = [
     "DEFAULT_EDIT_TEMPLATE",
     "DEFAULT_PROPOSE_TEMPLATE",
     "DEFAULT_REWRITE_TEMPLATE",
     "DEFAULT_SOLVE_TEMPLATE",
+    "CallCache",
     "feedback_paragraph",
     "REFUSAL_KINDS",
     "TRUNCATED_FINISH_REASONS",
@@ -61,158 +82,12 @@ __all__ = [
 
 log = logging.getLogger("agentdescent.agents")
 
-# --------------------------------------------------------------------------- templates
-
-#: The user message of a solve call. Fields: ``{prompt}`` (required), ``{task_id}``, and
-#: ``{artifact}``: a template that uses it puts the artifact in the user message and sends
-#: no system message.
-DEFAULT_SOLVE_TEMPLATE = "{prompt}"
-
-#: The user message of a propose call in rule mode (the default). Fields: ``{artifact}``,
-#: ``{prompt}`` (required), ``{output}`` (required), ``{reward}`` (a float, so
-#: ``{reward:.2f}`` works), ``{task_id}``, ``{feedback}`` (the reward's feedback as a
-#: paragraph — a blank line, then ``Feedback on the answer: ...`` — or nothing when the
-#: reward gave none, so a float reward's prompt is unchanged) and ``{feedback_text}`` (the
-#: feedback itself, or ``""``).
-DEFAULT_PROPOSE_TEMPLATE = """\
-You are improving the playbook an assistant follows. The assistant answered a task \
-below and did not fully succeed.
-
-Current playbook:
-{artifact}
-
-Task:
-{prompt}
-
-The assistant's answer:
-{output}
-
-Score: {reward:.2f} out of 1.{feedback}
-
-Write ONE general rule, a single sentence, that would have helped the assistant on \
-tasks like this one. It must be general (not the answer to this task) and must not \
-repeat a rule already in the playbook. Reply with the rule only. If no rule would \
-help, reply NONE."""
-
-#: The user message of a propose call in rewrite mode (``proposal="rewrite"``, for
-#: `agentdescent.SingleSlot`): the model returns the whole new text. Same fields as
-#: `DEFAULT_PROPOSE_TEMPLATE`; ``{artifact}`` is required too.
-DEFAULT_REWRITE_TEMPLATE = """\
-You are improving the instructions an assistant follows. The assistant answered a task \
-below and did not fully succeed.
-
-Current instructions:
-{artifact}
-
-Task:
-{prompt}
-
-The assistant's answer:
-{output}
-
-Score: {reward:.2f} out of 1.{feedback}
-
-Rewrite the instructions so that the assistant does better on tasks like this one. Keep \
-what works, change as little as needed, and keep them general (never put the answer to \
-this task in them). Reply with the complete new instructions only. If no change would \
-help, reply NONE."""
-
-#: The user message of a propose call in edit mode (``proposal="edit"``, for
-#: `agentdescent.code.FileTree`): the model returns search/replace blocks. Same fields as
-#: `DEFAULT_PROPOSE_TEMPLATE`; ``{artifact}`` is required too. ``{prompt}`` is the failing
-#: test (its id and source), ``{output}`` what the test run reported (its assertion
-#: message: the same text as the reward's feedback, so ``{feedback}`` is left out).
-DEFAULT_EDIT_TEMPLATE = """\
-You are fixing the code of a project so that its tests pass. One test fails.
-
-The project's files:
-{artifact}
-
-The failing test:
-{prompt}
-
-What the test run reported:
-{output}
-
-Fix the code (never the tests) with the smallest change that makes this test pass \
-without breaking the others. Reply with one or more edits, each in exactly this form:
-
-path/of/the/file.py
-<<<<<<< SEARCH
-the exact current lines to replace
-=======
-the new lines
->>>>>>> REPLACE
-
-The SEARCH part must copy the current lines exactly, whitespace included, and occur \
-once in the file. If no change would help, reply NONE."""
-
-_SOLVE_FIELDS = {"artifact", "prompt", "task_id"}
-_SOLVE_REQUIRED = ("prompt",)
-_PROPOSE_FIELDS = {"artifact", "prompt", "output", "reward", "task_id", "feedback", "feedback_text"}
-_PROPOSE_REQUIRED = ("prompt", "output")
-_REWRITE_REQUIRED = ("artifact", "prompt", "output")
-_SAMPLE = {"artifact": "a", "prompt": "p", "output": "o", "reward": 0.5, "task_id": "t", "feedback": "",
-           "feedback_text": ""}
-
-
-def feedback_paragraph(feedback: str) -> str:
-    """The ``{feedback}`` field of a proposal template: a paragraph, or ``""`` when there is none."""
-    return f"\n\nFeedback on the answer: {feedback}" if feedback else ""
-
-
 
 def _is_power_of_ten(n: int) -> bool:
     """1, 10, 100, ...: the occurrences a repeated condition is worth a log line at."""
     while n >= 10 and n % 10 == 0:
         n //= 10
     return n == 1
-
-
-def _check_template(template: Any, knob: str, fields: set[str], required: tuple[str, ...]) -> str:
-    """Validate a ``str.format`` template now, so a typo fails at construction, not mid-run."""
-    if not isinstance(template, str):
-        raise InvalidArgumentType(f"LLMAgent({knob}=...): expected a str.format template, got {type(template).__name__}")
-    known = ", ".join("{" + f + "}" for f in sorted(fields))
-    used: set[str] = set()
-    try:
-        for _, name, _, _ in string.Formatter().parse(template):
-            if name is None:
-                continue
-            root = re.split(r"[.\[]", name, maxsplit=1)[0]
-            if root == "" or root.isdigit():
-                raise InvalidArgument(
-                    f"LLMAgent({knob}=...): positional field {{{name}}} in the template; "
-                    f"use named fields ({known}), and double literal braces as {{{{ }}}}"
-                )
-            if root not in fields:
-                raise InvalidArgument(
-                    f"LLMAgent({knob}=...): unknown field {{{root}}} in the template; the "
-                    f"fields are {known} (double literal braces as {{{{ }}}})"
-                )
-            used.add(root)
-    except InvalidArgument:
-        raise
-    except ValueError as exc:
-        raise InvalidArgument(f"LLMAgent({knob}=...): not a valid str.format template: {exc}") from None
-    for name in required:
-        if name not in used:
-            raise InvalidArgument(
-                f"LLMAgent({knob}=...): the template has no {{{name}}} field, so the model "
-                f"would never see it; add {{{name}}} (fields: {known})"
-            )
-    try:
-        template.format(**_SAMPLE)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise InvalidArgument(f"LLMAgent({knob}=...): the template does not format: {exc!r}") from None
-    return template
-
-
-def _uses_field(template: str, field: str) -> bool:
-    return any(
-        name is not None and re.split(r"[.\[]", name, maxsplit=1)[0] == field
-        for _, name, _, _ in string.Formatter().parse(template)
-    )
 
 
 # --------------------------------------------------------------------------- LLMAgent
@@ -229,7 +104,13 @@ class LLMAgent(Agent):
     message: use it for chat templates that drop system messages. An empty artifact
     (only white space and markdown headings, such as an `AppendRules` playbook with no
     rules yet: see `is_blank_artifact`) sends no system message and fills ``{artifact}``
-    with ``""``.
+    with ``""``. An artifact that holds demonstrations (the block of `agentdescent.fewshot`,
+    rendered by `agentdescent.merge.demonstrations`) is split: its instructions take the
+    artifact's place above, and each demonstration follows as two chat turns, in order (a
+    user message, ``solve_template`` filled with the demonstration's input, ``task_id``
+    ``"demo-1"``, ``"demo-2"``... and an empty ``{artifact}``; then an assistant message,
+    its output), before the task's user message. Blank instructions with demonstrations
+    send no system message, but still the turns. See `messages_for_solve`.
 
     **Propose.** ``propose`` shows the model the artifact, the task, the output, its
     reward and, when the reward is a `agentdescent.rewards.builtin.Score` with feedback, what the
@@ -241,7 +122,18 @@ class LLMAgent(Agent):
     proposal into one diff, and small diffs are what the aggregator can verify and fuse.
     A reply cut off by the per-call limit, one that restates the artifact or echoes the
     task, one over ``max_proposal_chars`` and one that is not a rule are refused (None),
-    each kind counted in `stats`.
+    each kind counted in `stats`. The artifact is shown as its instructions and, when it
+    holds demonstrations, a short list of them (`shown_artifact`), never as raw markers.
+
+    **Several failures.** With ``reflect_on=k`` (k > 1) the engines pass up to ``k - 1``
+    other failed rollouts of the same worker on the same artifact version
+    (``propose(..., failures=[(task, output, reward), ...])``); they are shown through the
+    ``{others}`` field (`others_paragraph`), so one proposal can fix what several failures
+    share. A reply that echoes any shown task or answer is refused as ``echoed``.
+
+    **A cache of calls.** With ``call_cache=`` (a `CallCache` or a folder), or inside a
+    run given ``evolve(call_cache=...)``, a call made before at temperature 0 is answered
+    from disk: the provider is not called and no tokens are recorded anywhere.
 
     **Two models.** With ``propose_with=`` another provider writes the proposals (a
     stronger or a cheaper model) while ``provider`` answers the tasks; each records into
@@ -264,7 +156,8 @@ class LLMAgent(Agent):
             ``{prompt}`` and ``{output}`` (both required; ``{artifact}`` too in rewrite
             mode), ``{reward}`` (a float), ``{task_id}``, ``{feedback}`` (the reward's
             feedback as a paragraph, or nothing: see `DEFAULT_PROPOSE_TEMPLATE`) and
-            ``{feedback_text}``. Default `DEFAULT_PROPOSE_TEMPLATE`
+            ``{feedback_text}``, ``{others}`` (the other failures, with ``reflect_on``).
+            Default `DEFAULT_PROPOSE_TEMPLATE`
             (`DEFAULT_REWRITE_TEMPLATE` in rewrite mode, `DEFAULT_EDIT_TEMPLATE` in edit mode).
         proposal: ``"rule"`` (one rule per proposal), ``"rewrite"`` (the whole text) or
             ``"edit"`` (search/replace blocks for `agentdescent.code.FileTree`, passed on
@@ -288,6 +181,10 @@ class LLMAgent(Agent):
             conversations); None: ``provider`` does both.
         propose_model: ``model=`` for the proposal calls (default: ``model`` when the
             proposer is ``provider``, else the proposer's own default).
+        reflect_on: how many failed rollouts one proposal request may show (an int in
+            [1, 16]; default 1: only the one that prompts it, as always).
+        call_cache: a `CallCache` (or its folder) this agent's calls use; None: the run's
+            ``call_cache``, if any (`agentdescent.agents.callcache.active_call_cache`).
         max_tokens: refused, whatever its value: the per-call cap's old name (now
             ``call_tokens``); ``max_tokens`` is the run's budget, given to `evolve`.
 
@@ -322,6 +219,8 @@ class LLMAgent(Agent):
         context_options: Mapping[str, Any] | None = None,
         propose_with: Provider | None = None,
         propose_model: str | None = None,
+        reflect_on: int = 1,
+        call_cache: CallCache | str | Any = None,
         max_tokens: Any = RENAMED,
     ) -> None:
         check_renamed(max_tokens, "max_tokens", "call_tokens", owner="LLMAgent", what="the per-call reply cap",
@@ -340,18 +239,24 @@ class LLMAgent(Agent):
                 "(search/replace blocks, for agentdescent.code.FileTree)"
             )
         self.proposal = proposal
-        self.solve_template = _check_template(
+        self.solve_template = check_template(
             DEFAULT_SOLVE_TEMPLATE if solve_template is None else solve_template,
-            "solve_template", _SOLVE_FIELDS, _SOLVE_REQUIRED,
+            "solve_template", SOLVE_FIELDS, SOLVE_REQUIRED,
         )
-        self._artifact_in_user = _uses_field(self.solve_template, "artifact")
+        self._artifact_in_user = uses_field(self.solve_template, "artifact")
         default_propose = {"rule": DEFAULT_PROPOSE_TEMPLATE, "rewrite": DEFAULT_REWRITE_TEMPLATE,
                            "edit": DEFAULT_EDIT_TEMPLATE}[proposal]
-        self.propose_template = _check_template(
+        self.propose_template = check_template(
             default_propose if propose_template is None else propose_template,
-            "propose_template", _PROPOSE_FIELDS,
-            _PROPOSE_REQUIRED if proposal == "rule" else _REWRITE_REQUIRED,
+            "propose_template", PROPOSE_FIELDS,
+            PROPOSE_REQUIRED if proposal == "rule" else REWRITE_REQUIRED,
         )
+        self._shows_others = uses_field(self.propose_template, "others")
+        self.reflect_on = check_int(
+            reflect_on, "reflect_on", low=1, high=16, owner="LLMAgent",
+            hint="how many failed rollouts one proposal request shows (1: only the one that prompts it)",
+        )
+        self.call_cache = as_call_cache(call_cache)
         self.max_proposal_chars = check_int(
             DEFAULT_MAX_CHARS[proposal] if max_proposal_chars is None else max_proposal_chars,
             "max_proposal_chars", low=1, owner="LLMAgent",
@@ -455,8 +360,20 @@ class LLMAgent(Agent):
         return {k: v for k, v in opts.items() if v is not None}
 
     def _call(self, messages: list[dict[str, str]], *, propose: bool = False) -> Completion:
+        """One call: answered by the call cache when it holds it (nothing sent, nothing recorded), else sent and metered.
+
+        The cache is the agent's own (``call_cache=``), else the run's (`active_call_cache`).
+        Its key has the ``model`` option, not the provider: the solver's and the proposer's
+        calls are told apart by ``model`` / ``propose_model`` (and by their messages).
+        """
         provider = self.proposer if propose else self.provider
-        result = provider.complete(messages, **self._options(self.propose_model if propose else self.model))
+        options = self._options(self.propose_model if propose else self.model)
+        cache = self.call_cache if self.call_cache is not None else active_call_cache()
+        if cache is not None:
+            hit = cache.get(messages, options)
+            if hit is not None:  # charged 0: no meter records it, the provider never sees it
+                return Completion(hit.text, hit.usage, hit.finish_reason, tuple(hit.tool_calls or ()))
+        result = provider.complete(messages, **options)
         if isinstance(result, str):
             result = Completion(result)
         if not isinstance(result, Completion):
@@ -470,15 +387,18 @@ class LLMAgent(Agent):
         else:  # the proposer: its own meter counts its calls, else the agent does
             meter = self.proposer.usage if isinstance(self.proposer.usage, Usage) else None
             records = meter is not None
+        spent = result.usage
         if not records:
-            call = result.usage
-            if meter is not None and call is not None:
-                self.usage.mirror(call)  # the provider's own meter already counted it
+            if meter is not None and spent is not None:
+                self.usage.mirror(spent)  # the provider's own meter already counted it
             else:
-                if call is None:
-                    call = Usage.estimate(messages_to_prompt(messages), text)
-                self.usage.add(call)
-        return Completion(text, result.usage, result.finish_reason, tuple(result.tool_calls or ()))
+                if spent is None:
+                    spent = Usage.estimate(messages_to_prompt(messages), text)
+                self.usage.add(spent)
+        reply = Completion(text, result.usage, result.finish_reason, tuple(result.tool_calls or ()))
+        if cache is not None:  # what the call cost, so a later hit knows what it saved
+            cache.put(messages, options, Completion(text, spent, reply.finish_reason, reply.tool_calls))
+        return reply
 
     def _converse(self, user: str) -> Completion:
         """Send ``user`` inside this worker's conversation (compacted when it grows)."""
@@ -495,17 +415,31 @@ class LLMAgent(Agent):
     def messages_for_solve(self, rendered: str, task: Task) -> list[dict[str, str]]:
         """The messages ``solve`` sends for ``task`` (to check where the artifact goes).
 
-        The artifact is the system message, unless ``solve_template`` uses
-        ``{artifact}``; an empty artifact (`is_blank_artifact`) sends no system message.
+        The artifact's instructions (the whole rendered text when it holds no
+        demonstrations: `agentdescent.fewshot.split_demonstrations`) are the system
+        message, unless ``solve_template`` uses ``{artifact}`` (then they fill it in the
+        task's user message); blank instructions (`is_blank_artifact`) send no system
+        message. The demonstrations follow, in order, each as a user turn
+        (``solve_template`` on its input, ``task_id`` ``"demo-<n>"``, ``{artifact}`` empty)
+        and an assistant turn (its output); the task's user message comes last.
         """
-        blank = is_blank_artifact(rendered)
-        fields = {"prompt": task.prompt, "task_id": task.id}
-        if self._artifact_in_user:
-            user = self.solve_template.format(artifact="" if blank else rendered, **fields)
-            return [{"role": "user", "content": user.strip() if blank else user}]
-        messages = [] if blank else [{"role": "system", "content": rendered}]
-        messages.append({"role": "user", "content": self.solve_template.format(**fields)})
+        instructions, pairs = split_demonstrations(rendered)
+        blank = is_blank_artifact(instructions)
+        messages: list[dict[str, str]] = []
+        if not blank and not self._artifact_in_user:
+            messages.append({"role": "system", "content": instructions})
+        for n, (given, expected) in enumerate(pairs, start=1):
+            messages.append({"role": "user", "content": self._solve_user(given, f"demo-{n}", None)})
+            messages.append({"role": "assistant", "content": expected})
+        messages.append({"role": "user", "content": self._solve_user(task.prompt, task.id, None if blank else instructions)})
         return messages
+
+    def _solve_user(self, prompt: str, task_id: str, artifact: str | None) -> str:
+        """``solve_template`` filled; with ``{artifact}`` in it and no artifact (None), stripped."""
+        if not self._artifact_in_user:
+            return self.solve_template.format(prompt=prompt, task_id=task_id)
+        user = self.solve_template.format(artifact="" if artifact is None else artifact, prompt=prompt, task_id=task_id)
+        return user.strip() if artifact is None else user
 
     def solve(self, rendered: str, task: Task) -> str:
         """Run ``task`` with the rendered artifact (see `messages_for_solve` for where it goes).
@@ -531,7 +465,8 @@ class LLMAgent(Agent):
                 )
         return reply.text
 
-    def propose(self, rendered: str, task: Task, output: str, reward: float) -> str | None:
+    def propose(self, rendered: str, task: Task, output: str, reward: float, *,
+                failures: Sequence[tuple[Task, str, float]] = ()) -> str | None:
         """Ask for one general rule (or, in rewrite mode, a new text) that would have helped.
 
         The reply goes through `parse_proposal`: a reply of NONE (any case, with
@@ -543,31 +478,41 @@ class LLMAgent(Agent):
         warning at their 1st, 10th, 100th... occurrence (usually ``call_tokens`` is too
         small, for a reasoning model especially).
 
+        Args:
+            rendered: the artifact as the failing rollout ran it.
+            task: the task that failed.
+            output: the answer given.
+            reward: its reward (a float, or a `agentdescent.rewards.builtin.Score` with feedback).
+            failures: other failed rollouts ``(task, output, reward)`` of the same worker on
+                the same artifact (the engines pass them when ``reflect_on > 1``); at most
+                ``reflect_on - 1`` are shown, through ``{others}``.
+
         Returns:
             The rule (or rewritten text), or ``None`` for no change.
 
         Raises:
             ProviderError: the provider failed (after its own retries).
         """
-        blank = is_blank_artifact(rendered)
-        feedback = sanitize_text(str(getattr(reward, "feedback", "") or "")).strip()
+        instructions, pairs = split_demonstrations(rendered)
+        blank = is_blank_artifact(instructions)
+        feedback = feedback_of(reward)
+        # a template without {others} shows none, and then none is checked for echoes
+        others = list(failures)[: self.reflect_on - 1] if self._shows_others else []
         user = self.propose_template.format(
-            artifact="(empty)" if blank else rendered.strip(),
+            artifact=shown_artifact(instructions, pairs, blank=blank),
             prompt=task.prompt,
             output=output,
             reward=float(reward),
             task_id=task.id,
             feedback=feedback_paragraph(feedback),
             feedback_text=feedback,
+            others=others_paragraph(others),
         )
         if self.conversation:
             reply = self._converse(user)
         else:
             reply = self._call([{"role": "user", "content": user}], propose=True)
-        parsed = parse_proposal(
-            reply.text, artifact="" if blank else rendered, prompt=task.prompt, output=output,
-            finish_reason=reply.finish_reason, mode=self.proposal, max_chars=self.max_proposal_chars,
-        )
+        parsed = self._parse(reply, "" if blank else instructions, [(task, output), *((t, o) for t, o, _ in others)])
         with self._lock:
             self._stats["proposals"] += 1
             self._stats["rules" if parsed.kind == "rule" else parsed.kind] += 1
@@ -589,5 +534,23 @@ class LLMAgent(Agent):
         elif parsed.kind != "rule":
             log.debug("LLMAgent: proposal refused (%s): %.120r", parsed.kind, reply.text)
         return parsed.text
+
+    def _parse(self, reply: Completion, artifact: str, shown: Sequence[tuple[Task, str]]) -> ParsedProposal:
+        """`parse_proposal` of ``reply``, echoing any shown task or answer counted as ``echoed``.
+
+        The first of ``shown`` is the failure that prompts the proposal; the others were
+        shown with it (``reflect_on``). The echo check comes where `parse_proposal` makes
+        it (before ``not_a_rule`` and ``too_long``), for each of them in turn.
+        """
+        def parse(task: Task, output: str) -> ParsedProposal:
+            return parse_proposal(
+                reply.text, artifact=artifact, prompt=task.prompt, output=output, finish_reason=reply.finish_reason,
+                mode=self.proposal, max_chars=self.max_proposal_chars,
+            )
+
+        parsed = parse(*shown[0])
+        if parsed.kind not in ("rule", "not_a_rule", "too_long"):  # decided before the echo check
+            return parsed
+        return next((again for again in (parse(*other) for other in shown[1:]) if again.kind == "echoed"), parsed)
 
 

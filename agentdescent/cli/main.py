@@ -182,7 +182,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     spec = {
         **common, "tasks": "tasks.jsonl", "reward": args.reward, "strategy": args.strategy,
         "initial_text": initial_text, "test_tasks": "test_tasks.jsonl" if test_tasks else None,
-        "stratify": args.stratify, "proposal": args.proposal,
+        "stratify": args.stratify, "proposal": args.proposal, "demos": args.demos,
         "inputs": init_inputs(tasks, test_tasks, initial_text, args.initial),
     }
     check_values(spec)
@@ -295,7 +295,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
                 artifact_id=ARTIFACT_ID, n_workers=workers, seed=int(spec_knob(spec, "seed")),
                 held_out_frac=spec_knob(spec, "held_out_frac"), max_tokens=max_tokens, ledger=ledger,
                 on_round=on_round, progress=True, test_tasks=test_tasks, stratify=spec.get("stratify"),
-                patience=patience, agg_config=agg,
+                patience=patience, agg_config=agg, call_cache=run.path / "call-cache",
             )
             if suite is None:
                 kwargs.update(agent=agent, strategy=strategy, initial_state=initial_state(spec, strategy, run.path))

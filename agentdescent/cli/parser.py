@@ -161,6 +161,10 @@ def _init_tasks(p: argparse.ArgumentParser) -> None:
                    help="append: a playbook of rules; keyed: one rule per task category; single: one prompt, "
                    "rewritten whole (default: append)")
     p.add_argument("--initial", metavar="FILE", help="a starting prompt or playbook (one rule per line)")
+    p.add_argument("--demos", metavar="N", type=int, default=None,
+                   help="also hold N demonstrations (worked examples: train tasks with their answers, sent to the "
+                   "model as chat turns), proposed with no model call while slots are open (default: none; 4 is a "
+                   "good start for a small model)")
     p.add_argument("--proposal", choices=["rule", "rewrite"], default=None,
                    help="what the model proposes: one rule, or the whole new text (default: rewrite for "
                    "--strategy single, else rule)")

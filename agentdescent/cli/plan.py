@@ -239,7 +239,7 @@ def _basis(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, workers: in
         rounds=rounds, workers=workers, typical=typical, train=train, held=held, stratify=spec.get("stratify"),
         rule_mode=rule_mode,
         template=estimate_tokens(template.format(artifact="", prompt="", output="", reward=0.0, task_id="",
-                                                 feedback="", feedback_text="")),
+                                                 feedback="", feedback_text="", others="")),
         start=_text_tokens(_rendered_start(spec, tasks)), longest=max(estimate_tokens(t.prompt) for t in tasks),
         p_train=_mean([estimate_tokens(x.prompt) for x in train]),
         p_held=_mean([estimate_tokens(x.prompt) for x in held]),

@@ -4,7 +4,8 @@
 ``result.json``, the tasks files and the ledger's versions, through `agentdescent.cli.rundir`
 and `agentdescent.cli.runspec`) and returns one HTML page: the settings and the commands, the
 held-out reward over rounds and over tokens (inline SVG charts with labelled axes), the
-test set's before and after with its interval, every commit with its diff, evidence and
+test set's before and after with its interval and the answers given on it (a warning when
+the final artifact gives nearly one answer to every test task), every commit with its diff, evidence and
 time, every rejected candidate with its reason, per-task results and sample outputs at the
 start and at the end, the cost by phase, and, when nothing was committed, why.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..engine.answers import AnswerDistribution
 from .reportdata import _candidate_lines as _candidate_lines
 from .reportdata import _decisions, _prompts, _result, _test_summary
 from .reportdata import _k as _k
@@ -66,7 +68,7 @@ border-bottom:2px solid #d0d7de}h3{font-size:1.02rem;margin:1.2rem 0 .4rem}
 nav a{margin-right:.9rem;color:#0969da;text-decoration:none}
 .glance{display:flex;flex-wrap:wrap;gap:.6rem}.glance div{border:1px solid #d0d7de;border-radius:8px;
 padding:.5rem .8rem;min-width:9rem;background:#f6f8fa}.glance b{display:block;font-size:1.15rem}
-.glance span{color:#57606a;font-size:.85rem}.error{color:#cf222e;font-weight:600}
+.glance span{color:#57606a;font-size:.85rem}.error{color:#cf222e;font-weight:600}.warn{color:#9a6700;font-weight:600}
 table{border-collapse:collapse;margin:.4rem 0 .8rem;font-size:.9rem}
 th,td{border:1px solid #d0d7de;padding:.28rem .55rem;vertical-align:top;text-align:left}
 thead th{background:#f6f8fa}table.kv th{background:#f6f8fa;font-weight:500;width:12rem}
@@ -104,6 +106,10 @@ def _glance(status: Mapping[str, Any], result: Mapping[str, Any] | None,
     if test:
         cards.append((f"{_f(test.get('initial'))} → {_f(test.get('final'))}", "test set, start → end"))
     out = '<div class="glance">' + "".join(f"<div><b>{a}</b><span>{b}</span></div>" for a, b in cards) + "</div>"
+    answers = (test or {}).get("answers")
+    warning = answers.warning() if isinstance(answers, AnswerDistribution) else None
+    if warning:
+        out += f'<p class="warn">Warning: {_e(warning)} (see <a href="#reward">the test set</a>).</p>'
     error = status.get("error") or (result or {}).get("error")
     if error:
         out += f'<p class="error">The run failed: {_cut(error, 600)}</p>'

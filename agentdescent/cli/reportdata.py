@@ -3,7 +3,7 @@
 This module owns the reading half of the report: ``result.json`` (or why it is not there),
 the prompts of the tasks files, every merge decision with its round (from ``rounds.jsonl``,
 else from ``result.json``'s history), the per-task scores of a test-set evaluation, the
-test set's summary, and the coercions that make a field of the wrong shape read as missing
+test set's summary (with the answers the heads gave on it), and the coercions that make a field of the wrong shape read as missing
 (a number, a key, a mapping, a time). A field an older run did not record comes back as
 None or empty, never as an error.
 
@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..engine.answers import AnswerDistribution
 from .rundir import RunDir, load_tasks, read_json
 
 __all__: list[str] = []
@@ -126,14 +127,26 @@ def _per_task(evaluation: Any) -> dict[str, float]:
     return out
 
 
+def _answers(result: Mapping[str, Any] | None, key: str) -> AnswerDistribution | None:
+    """result.json's ``test_answers`` (or ``test_answers_initial``), None when absent or of the wrong shape."""
+    data = (result or {}).get(key)
+    try:
+        return AnswerDistribution.from_dict(data) if data is not None else None
+    except ValueError:
+        return None
+
+
 def _test_summary(status: Mapping[str, Any], result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The test set's summary (status.json's, else result.json's), with the answers from result.json."""
+    answers = {"answers": _answers(result, "test_answers"), "answers_initial": _answers(result, "test_answers_initial")}
     test = status.get("test")
     if isinstance(test, Mapping):
-        return dict(test)
+        return {**test, **answers}
     full = (result or {}).get("test")
     if not isinstance(full, Mapping):
         return None
     initial, final = _m(full.get("initial")), _m(full.get("final"))
     listed = initial.get("tasks") or final.get("tasks")
     return {"initial": initial.get("mean"), "final": final.get("mean"),
-            "tasks": len(listed) if isinstance(listed, list) else None, "difference": full.get("difference")}
+            "tasks": len(listed) if isinstance(listed, list) else None, "difference": full.get("difference"),
+            **answers}

@@ -3,7 +3,7 @@
 This module owns each section of the page, built from the run's data
 (`agentdescent.cli.reportdata`) with the report's building blocks
 (`agentdescent.cli.reportparts`): the settings and the commands (secrets left out), the
-held-out reward over rounds and over tokens with the test set and the rounds table, every
+held-out reward over rounds and over tokens with the test set (and the answers given on it) and the rounds table, every
 commit with its decision, evidence and diff, every rejected candidate with its reason, the
 per-task results and sample outputs at the start and at the end, the cost by phase, and,
 when nothing was committed, why. Every field read from the run is escaped.
@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..engine.answers import CONSTANT_SHARE, NAMES_NONE, NAMES_SEVERAL, AnswerDistribution
 from .reportdata import _k, _m, _num, _per_task, _time
 from .reportparts import (
     NOT_RECORDED,
@@ -116,12 +117,37 @@ def _test_block(test: Mapping[str, Any] | None, has_test_set: bool) -> str:
     mean, low, high = (_num(diff.get(k)) for k in ("mean", "low", "high"))
     if mean is None or low is None or high is None:
         out.append(f"<p>Difference and interval: {NOT_RECORDED}.</p>")
-        return "".join(out)
+        return "".join(out) + _answers_block(test)
     verdict = ("the interval excludes 0: the test set tells the two versions apart" if diff.get("separated")
                else "the interval contains 0: these tasks cannot tell the two versions apart")
     out.append(f"<p>Difference (end minus start, paired by task): <b>{mean:+.3f}</b>, 95% interval "
                f"[{low:+.3f}, {high:+.3f}] over {_n(diff.get('tasks'))} tasks; {verdict}.</p>")
     out.append(_interval_svg(mean, low, high))
+    return "".join(out) + _answers_block(test)
+
+
+def _answers_block(test: Mapping[str, Any]) -> str:
+    """The answers on the test set: each label's count at the start and at the end beside the gold counts, and the warning."""
+    end, start = test.get("answers"), test.get("answers_initial")
+    if not isinstance(end, AnswerDistribution):
+        return ""
+    out = ["<h4>Answers on the test set</h4>"]
+    warning = end.warning()
+    if warning:
+        out.append(f'<p class="warn">Warning: {_e(warning)}.</p>')
+    heads = [label for label in (*end.gold, *end.answers, *(start.answers if start else ()))]
+    labels = sorted(dict.fromkeys(heads), key=lambda k: (-end.gold.get(k, 0), -end.answers.get(k, 0), k))
+    body = [[_e(label), _n(end.gold.get(label, 0)) if end.gold else NOT_RECORDED]
+            + ([_n(start.answers.get(label, 0))] if start else []) + [_n(end.answers.get(label, 0))]
+            for label in labels]
+    out.append(_table(["answer", "expected"] + (["given at the start"] if start else []) + ["given at the end"],
+                      body, "num"))
+    best = end.best_constant_accuracy
+    note = (f" Always giving the most frequent expected answer would score {best:.3f}." if best is not None else "")
+    out.append(f'<p class="note">Each reply is labelled by the choice it names (by its text when the task has no '
+               f"choices; {_e(NAMES_NONE)}: it names none, {_e(NAMES_SEVERAL)}: several), on the first draw of "
+               f"{_n(end.tasks)} tasks.{note} An artifact that gives one answer to {CONSTANT_SHARE:.0%} of the tasks "
+               f"or more is flagged: its score says more about the labels' balance than about skill.</p>")
     return "".join(out)
 
 
@@ -183,7 +209,16 @@ def _evidence(ev: Any) -> str:
     return (f"scored {_n(ev.get('scored'))} of {_n(ev.get('held_out'))} held-out tasks; "
             f"{_n(ev.get('gains'))} gains, {_n(ev.get('losses'))} losses, {_n(ev.get('regressions'))} regressions; "
             f"E = {_f(ev.get('e_value'), 1)} against the threshold {_f(ev.get('threshold'), 1)}; "
-            f"candidate {_f(ev.get('candidate_mean'))} vs head {_f(ev.get('head_mean'))}")
+            f"candidate {_f(ev.get('candidate_mean'))} vs head {_f(ev.get('head_mean'))}"
+            + _task_list("fixed", ev.get("fixed")) + _task_list("broke", ev.get("broke")))
+
+
+def _task_list(what: str, ids: Any) -> str:
+    """``; fixed 3 held-out tasks: a, b, c`` (the first 12), or nothing."""
+    if not isinstance(ids, list) or not ids:
+        return ""
+    shown = ", ".join(_e(str(i)) for i in ids[:12]) + (f" and {len(ids) - 12} more" if len(ids) > 12 else "")
+    return f"; {what} {_plural(len(ids), 'held-out task')}: {shown}"
 
 
 def _feedback(items: Any) -> str:

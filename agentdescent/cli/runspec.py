@@ -42,6 +42,7 @@ from ..engine.config import SYNC_ENGINE, Split, engine_signature
 from ..errors import InvalidArgument, LedgerCorrupted, LedgerError, RewardContractError, UsageError
 from ..ledger import SqliteLedger
 from ..merge.aggregator_config import AggregatorConfig
+from ..merge.demonstrations import RulesAndDemos
 from ..merge.strategies import AppendRules, KeyedRules, SingleSlot, Strategy
 from ..types import Task
 from .rundir import RunDir, load_tasks
@@ -243,7 +244,16 @@ def tree_entry(spec: dict[str, Any]) -> dict[str, Any]:
 
 def make_strategy(spec: dict[str, Any], tasks: Sequence[Task]) -> Strategy:
     """The strategy the spec names (``keyed`` takes its categories from the tasks' ``category``;
-    ``tree`` is an `agentdescent.code.FileTree` with the spec's include and exclude globs)."""
+    ``tree`` is an `agentdescent.code.FileTree` with the spec's include and exclude globs), in a
+    `agentdescent.RulesAndDemos` with the spec's ``demos`` slots when it has them."""
+    strategy = _named_strategy(spec, tasks)
+    demos = spec.get("demos")
+    if demos and spec.get("strategy") == "tree":
+        raise UsageError("--demos does not apply to --tree (code is evolved by edits, not examples)")
+    return RulesAndDemos(strategy, demos=int(demos)) if demos else strategy
+
+
+def _named_strategy(spec: dict[str, Any], tasks: Sequence[Task]) -> Strategy:
     name = spec.get("strategy")
     if name not in ("append", "keyed", "single", "tree"):
         raise UsageError(f"spec.json: strategy {str(name)[:80]!r} is not one of append, keyed, single, tree")
@@ -275,7 +285,7 @@ def initial_state(spec: dict[str, Any], strategy: Strategy, run_dir: Path | None
         return strategy.load(folder)
     state = strategy.initial()
     text = spec.get("initial_text")
-    if text and not isinstance(strategy, SingleSlot):
+    if text and not isinstance(getattr(strategy, "rules", strategy), SingleSlot):
         for line in text.splitlines():
             if line.strip() and not line.lstrip().startswith("#"):
                 diff = strategy.to_diff(state, line, "initial", 1, ARTIFACT_ID)

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..engine.answers import AnswerDistribution
 from ..engine.testset import evaluate
 from ..errors import (
     AgentDescentError,
@@ -38,6 +39,7 @@ from .rundir import (
     check_output,
     check_output_dir,
     load_tasks,
+    read_json,
     write_output,
 )
 from .runspec import (
@@ -53,7 +55,8 @@ from .runspec import (
 )
 from .runtree import check_eval_flags, eval_tree, write_tree
 
-__all__ = ["cmd_eval", "cmd_export", "cmd_report", "cmd_show", "cmd_status", "test_line", "test_summary"]
+__all__ = ["answer_lines", "cmd_eval", "cmd_export", "cmd_report", "cmd_show", "cmd_status", "test_line",
+           "test_summary"]
 
 
 def test_summary(test: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -77,6 +80,36 @@ def test_line(test: dict[str, Any]) -> str:
         mean, low, high = numbers
         line += f" (difference {mean:+.3f}, 95% interval [{low:+.2f}, {high:+.2f}])"
     return line
+
+
+def _answers_of(run: RunDir) -> AnswerDistribution | None:
+    """The final head's test answers from result.json, or None (no result yet, an older run, a damaged field)."""
+    if not run.result_file.exists():
+        return None
+    try:
+        data = read_json(run.result_file, "result.json").get("test_answers")
+        return AnswerDistribution.from_dict(data) if data is not None else None
+    except ValueError:
+        return None
+
+
+def _label_counts(counts: dict[str, int], shown: int = 6) -> str:
+    """``'plausible' 14, 'implausible' 1`` (the most frequent first; past ``shown``, how many more)."""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{label!r} {count}" for label, count in ranked[:shown])
+    return text + (f", and {len(ranked) - shown} more" if len(ranked) > shown else "")
+
+
+def answer_lines(answers: AnswerDistribution) -> list[str]:
+    """What ``status`` prints of the final head's test answers: the counts beside the gold ones, and the warning."""
+    lines = [f"answers on the test set (the final head's first reply to each of {answers.tasks} tasks): "
+             f"{_label_counts(answers.answers) or 'none'}"]
+    if answers.gold:
+        lines.append(f"expected answers: {_label_counts(answers.gold)}")
+    warning = answers.warning()
+    if warning:
+        lines.append(f"warning: {warning}")
+    return lines
 
 
 def _real(value: Any) -> float | None:
@@ -132,6 +165,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"commits: {commits} in {len(rounds)} {unit}(s)")
     if isinstance(status.get("test"), dict):
         print(test_line(status["test"]))
+        answers = _answers_of(run)
+        if answers is not None:
+            print("\n".join(answer_lines(answers)))
     if args.verbose:
         for row in rounds:
             print()

@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl, urlsplit
 from ..engine.config import Limits, Schedule, Split
 from ..errors import InvalidArgument, UsageError
 from ..merge.aggregator_config import AggregatorConfig
+from ..merge.demonstrations import RulesAndDemos
 from ..validation import check_bool, check_int, check_real, check_text
 
 __all__ = ["DEFAULT_KEY_ENV", "FIELDS", "PROPOSER_FIELDS", "PROVIDERS", "Field", "check_base_url", "check_key_env",
@@ -271,6 +272,8 @@ FIELDS = (
     Field("strategy", "init", "--strategy", "the strategy", _choice(_STRATEGIES, "a strategy"), required=True),
     Field("proposal", "init", "--proposal", "what the model proposes", _choice(_PROPOSALS, "a proposal mode"),
           nullable=True),
+    Field("demos", "init", "--demos", "the demonstration slots",
+          _engine(lambda v: RulesAndDemos(demos=v)), nullable=True, fix="or remove the key for none"),
     Field("initial_text", "init", "--initial", "the starting artifact", _string, nullable=True, fix=_NONE),
     Field("tasks", "init", "--tasks", "the tasks file's name in the run directory", _string, nullable=True),
     Field("test_tasks", "init", "--test-tasks", "the test set's file name in the run directory", _string,

@@ -3,6 +3,8 @@
 This module is the dataloaders' public home (SPEC §10; also importable as
 ``agentdescent.dataloader``): it gathers two loaders, `hf_rows`
 (`agentdescent.data.huggingface`) and `hf_rows_modelscope` (`agentdescent.data.modelscope`),
+the reader of BIG-bench JSON task files on the local disk, `bigbench_tasks`
+(`agentdescent.data.bigbench`),
 the HotpotQA row normalisation that makes both return the same shape
 (`agentdescent.data.hotpotqa`), the on-disk JSON cache they share (`agentdescent.data.cache`)
 and their checked arguments and HTTP request (`agentdescent.data.fetch`). The loaders talk
@@ -20,6 +22,7 @@ never unpickle: the cache holds JSON only.
 from __future__ import annotations
 
 from ..errors import DataLoadError
+from .bigbench import bigbench_tasks
 from .cache import _CACHE_ENV as _CACHE_ENV
 from .cache import _CACHE_FORMAT as _CACHE_FORMAT
 from .cache import _DEFAULT_CACHE as _DEFAULT_CACHE
@@ -57,6 +60,7 @@ __all__ = [
     "DEFAULT_HF_ENDPOINT",
     "DEFAULT_MODELSCOPE_ENDPOINT",
     "DataLoadError",
+    "bigbench_tasks",
     "cache_root",
     "hf_rows",
     "hf_rows_modelscope",

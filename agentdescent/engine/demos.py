@@ -13,18 +13,22 @@ itself as a worked example.
 `DemoChooser.kind` is the rule of ``evolve(..., proposal=...)``:
 
 ``"auto"`` (the default)
-    With demonstration slots: a full-marks rollout is bootstrapped while a slot is open; a
-    failing rollout with a known answer is labeled while a slot is open; once every slot
-    is full, a failing rollout alternates (a seeded draw per task and version, half and
-    half) between a labeled *swap* (its demonstration replaces a slot drawn the same way)
-    and a model proposal (a rule or rewrite). Without slots: the model's proposal, as
-    always. Slots fill first because a small model follows examples far better than it
-    writes rules; swaps go on after, because the paired test can tell a better example
-    from a worse one.
+    With demonstration slots: a full-marks rollout of a task whose answer is not known
+    is bootstrapped into an open slot (one whose answer is known is shown where it fails,
+    labeled: a success only shows the model what it already does); a
+    failing rollout with a known answer is labeled — into an open slot, or as a *swap*
+    for a slot whose example the failed reply copied (the reply names that
+    demonstration's output, which is not what the task wants), the slot drawn per task
+    among those; any other failing rollout (no known answer, or every slot full and no
+    example copied) asks the agent for a rule or rewrite. Without slots: the model's proposal, as
+    always. Demonstrations come first because a small model follows examples far better
+    than it writes rules, and a copied example is the one a swap can improve on; the
+    paired test decides whether it did.
 ``"model"``
     Only the agent's proposals (rules, rewrites, edits): the behaviour before demonstrations.
 ``"labeled"`` / ``"bootstrapped"`` / ``"demos"`` (both)
-    Only those kinds, into open slots and then as swaps; never a model call to propose.
+    Only those kinds, into open slots and then as swaps (copied slots first, else a slot
+    whose output differs from the task's); never a model call to propose.
 
 `PromptGuard` keeps held-out and test prompts out of the artifact: a demonstration whose
 input is a held-out or test task's prompt (or a rule that contains one) is refused and
@@ -99,22 +103,44 @@ class DemoChooser:
     def _draw(self, task: Task, version: int, salt: str) -> int:
         return stable_hash(self.seed, salt, task.id, version)
 
-    def kind(self, task: Task, version: int, state: Mapping[str, str], reward: float) -> str | None:
+    def kind(self, task: Task, version: int, state: Mapping[str, str], reward: float, output: str = "") -> str | None:
         """``"labeled"``, ``"bootstrapped"``, ``"model"`` or None (nothing to propose) for this rollout."""
         if not self.slots or self.rule == "model":
             return None if reward >= 1.0 else ("model" if self.rule in ("auto", "model") else None)
         open_slots = bool(self.strategy.open_slots(state))
         demos_only = self.rule != "auto"
         if reward >= 1.0:
-            if self.rule in ("auto", "bootstrapped", "demos") and (open_slots or demos_only):
-                return "bootstrapped"
-            return None
-        labeled = self.rule in ("auto", "labeled", "demos") and expected_output(task, self.reward) is not None
-        if labeled and (open_slots or demos_only or self._draw(task, version, "swap") % 2 == 0):
+            # under "auto", a task whose answer is known is better shown where it fails (labeled):
+            # a success only shows the model what it already does
+            wanted = self.rule in ("bootstrapped", "demos") or (
+                self.rule == "auto" and expected_output(task, self.reward) is None)
+            return "bootstrapped" if wanted and (open_slots or demos_only) else None
+        shown = expected_output(task, self.reward) if self.rule in ("auto", "labeled", "demos") else None
+        if shown is not None and (open_slots or demos_only or self._copied_slots(state, output, shown)):
             return "labeled"
-        if self.rule == "auto":
-            return "model"
-        return None
+        return "model" if self.rule == "auto" else None
+
+    def _copied_slots(self, state: Mapping[str, str], output: str, shown: str) -> list[int]:
+        """The filled slots whose example the failed reply copied: it names their output, which is not the task's."""
+        demos = self.strategy.demonstrations(state)
+        return [s for s, d in sorted(demos.items())
+                if d.output.strip().casefold() != shown.casefold() and _names(output, d.output)]
+
+    def _slots_for(self, state: Mapping[str, str], output: str, shown: str) -> list[int]:
+        """The slots a labeled demonstration may take: the open ones and those the reply copied.
+
+        Else (a demonstrations-only rule with every slot full and nothing copied) the slots
+        whose output differs from the task's, else all. Concurrent proposals from several
+        workers draw among the same slots by task, so they tend to take different ones,
+        and their diffs fuse: a head that gives every question the label its examples show
+        can have those examples replaced in one decision.
+        """
+        pool = self.strategy.open_slots(state) + self._copied_slots(state, output, shown)
+        if pool:
+            return sorted(pool)
+        demos = self.strategy.demonstrations(state)
+        differ = [s for s, d in sorted(demos.items()) if d.output.strip().casefold() != shown.casefold()]
+        return differ or sorted(demos) or list(range(1, self.slots + 1))
 
     def diff(self, kind: str, task: Task, output: str, state: Mapping[str, str], *, author: str, version: int,
              target: str) -> Diff | None:
@@ -123,12 +149,15 @@ class DemoChooser:
         if not shown:
             return None
         demo = Demonstration(task.prompt, shown, source=task.id, kind=kind)
-        open_slots = self.strategy.open_slots(state)
-        if open_slots:
-            slot = open_slots[self._draw(task, version, "slot") % len(open_slots)]
-        else:
-            slot = 1 + self._draw(task, version, "slot") % self.slots
+        pool = self.strategy.open_slots(state) if kind == "bootstrapped" else self._slots_for(state, output, shown)
+        slot = pool[self._draw(task, version, "slot") % len(pool)]
         return self.strategy.demo_diff(state, demo, slot=slot, author=author, base_version=version, target=target)
+
+
+def _names(output: str, text: str) -> bool:
+    """Does ``output`` name ``text`` (as a whole word, blind to case)?"""
+    text = text.strip()
+    return bool(text) and re.search(rf"(?<!\w){re.escape(text)}(?!\w)", output, re.IGNORECASE) is not None
 
 
 def _norm(text: str) -> str:

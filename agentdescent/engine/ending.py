@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import RunFailed, RunTimeout
+from .answers import answer_distribution
 from .result import AsyncStats, EvolutionResult
 from .runtime import RunEnv
 from .testset import Evaluation, paired_difference
@@ -51,10 +52,12 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     ``result.budget["spent"]``; ``result.usage`` is a copy taken now, which work abandoned
     at the stop can no longer change. The work still running now (`stragglers`: the
     runner's calls, and the threads ``workers()`` names, the async workers not yet exited)
-    is ``result.counters["stragglers"]`` (and ``async_stats.stragglers``).
+    is ``result.counters["stragglers"]`` (and ``async_stats.stragglers``). With a test set,
+    ``result.test_answers`` (and ``test_answers_initial``) count the labels the final (and
+    the starting) head's test replies give (`agentdescent.engine.answers`).
     """
     version, state = env.ledger.head(env.artifact_id)
-    test = _test_report(env, state, error)  # its calls belong in the result's meter and counters
+    test, final_test = _test_report(env, state, error)  # its calls belong in the result's meter and counters
     if env.settle_by is not None:
         env.runner.wait_running(env.settle_by)  # calls on the wire get the grace to finish (never retried)
     straggling = stragglers(env, workers)
@@ -75,6 +78,9 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     counters["final_reward_inherited"] = estimate.inherited
     if extra_counters:
         counters.update(extra_counters)
+    if env.runner.cache_start:  # the run's call cache: what it served this run (counted in this process)
+        now = env.runner.call_cache.stats()
+        counters.update({f"cache_{k}": now[k] - env.runner.cache_start[k] for k in ("hits", "misses", "saved_tokens")})
     counters["stragglers"] = straggling
     return EvolutionResult(
         state=state,
@@ -96,6 +102,8 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
         test_final=test["final"]["mean"] if test and test.get("final") else None,
         test=test,
         held_out_samples=_held_out_samples(env, version, state),
+        test_answers=answer_distribution(final_test, env.config.split.test_tasks or ()),
+        test_answers_initial=answer_distribution(env.test_initial, env.config.split.test_tasks or ()),
     )
 
 
@@ -109,14 +117,15 @@ def _held_out_samples(env: RunEnv, version: int, state: Mapping[str, str]) -> di
             "final": {"version": version, "tasks": samples(state)}}
 
 
-def _test_report(env: RunEnv, state: Mapping[str, str], error: str | None) -> dict[str, Any] | None:
-    """The test set's report: the starting and the final head scored, and their paired difference.
+def _test_report(env: RunEnv, state: Mapping[str, str],
+                 error: str | None) -> tuple[dict[str, Any] | None, Evaluation | None]:
+    """The test set's report (the starting and the final head scored, and their paired difference), and the final evaluation.
 
     The final head is scored unless the run failed or its hard deadline passed (then only
     the starting head's evaluation is reported).
     """
     if not env.config.split.test_tasks:
-        return None
+        return None, None
     final: Evaluation | None = None
     if error is None and env.ran:  # a call that ran nothing calls nothing
         try:
@@ -127,4 +136,4 @@ def _test_report(env: RunEnv, state: Mapping[str, str], error: str | None) -> di
                               "final": final.to_json() if final else None, "difference": None}
     if env.test_initial is not None and final is not None:
         report["difference"] = paired_difference(env.test_initial, final).to_json()
-    return report
+    return report, final

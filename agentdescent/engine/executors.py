@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
+from ..agents.callcache import CallCache, InCallCache, as_call_cache, call_cache_scope
 from ..clock import Clock, StopSignal, notify_when_done, stop_scope
 from ..errors import (
     BackendFailure,
@@ -193,6 +194,8 @@ class CallRunner:
         grace_seconds: the run's ``grace_seconds``, for the timeout's message.
         budget_spent: ``budget_spent(phase)`` is True once the run's token budget is spent
             and counts ``phase`` (None: no budget).
+        call_cache: the run's `agentdescent.CallCache` or its folder (None: none), in scope around every call; a
+            travelling attempt takes a copy (`InCallCache`), whose counts stay where it ran.
     """
 
     def __init__(self, *, executor: concurrent.futures.Executor, remote: bool,
@@ -200,7 +203,7 @@ class CallRunner:
                  reward: Callable[[Task, str], Any], meters: tuple[Usage, ...], counters: Counters,
                  clock: Clock, deadline: float | None, call_attempts: int, failure_limit: int,
                  max_seconds: float | None, grace_seconds: float,
-                 budget_spent: Callable[[str], bool] | None = None) -> None:
+                 budget_spent: Callable[[str], bool] | None = None, call_cache: Any = None) -> None:
         self.executor = executor
         self.remote = remote
         self.pool = pool
@@ -215,6 +218,8 @@ class CallRunner:
         self.max_seconds = max_seconds
         self.grace_seconds = grace_seconds
         self.budget_spent = budget_spent
+        self.call_cache = as_call_cache(call_cache)  # a folder path becomes a CallCache
+        self.cache_start = self.call_cache.stats() if isinstance(self.call_cache, CallCache) else {}  # the run's deltas
         #: Notified when a watched call finishes and when the runner closes.
         self.cond = threading.Condition()
         self.fatal: RunFailed | None = None
@@ -456,7 +461,8 @@ class CallRunner:
         """One attempt: inline on a thread pool, else submitted to the executor and awaited."""
         if self.remote:
             return self._collect(self._await(self._submit(call), signal))
-        with stop_scope(signal), usage_phase(call.phase), worker_scope(call.worker), run_meters(*self.meters):
+        with stop_scope(signal), usage_phase(call.phase), worker_scope(call.worker), run_meters(*self.meters), \
+                call_cache_scope(self.call_cache):
             out = call.fn(*call.args)
         return CallResult(sanitize_text(out) if isinstance(out, str) else out)
 
@@ -541,7 +547,8 @@ class CallRunner:
             self._submissions += 1
             key = f"agentdescent-{self._run_key}-{self._submissions}"
         try:
-            return self.executor.submit(run_call, replace(call, key=key))
+            fn = call.fn if self.call_cache is None else InCallCache(call.fn, self.call_cache)
+            return self.executor.submit(run_call, replace(call, fn=fn, key=key))
         except Exception as exc:
             raise self._executor_lost(exc, "refused a call") from None
 

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import AgentDescentError
 from ..types import MergeOutcome, MergeReport
 from ..usage import Usage
+from .answers import AnswerDistribution
 
 __all__ = ["AsyncStats", "EvolutionResult", "RoundInfo"]
 
@@ -162,6 +163,11 @@ class EvolutionResult:
             ``tasks`` mapping each task scored on that version to ``{"score", "output",
             "feedback"}`` (output and feedback cut short; None for a score measured in an
             earlier process). Tasks the paired test never needed are absent.
+        test_answers: what the final head's test score is made of
+            (`agentdescent.engine.answers.AnswerDistribution`): the labels its first reply
+            to each test task gives beside the gold answers, and ``constant`` when it gives
+            (nearly) one answer to every task; None without a scored final head.
+        test_answers_initial: the same for the starting head, or None.
     """
 
     state: dict[str, str]
@@ -183,6 +189,8 @@ class EvolutionResult:
     test_final: float | None = None
     test: dict[str, Any] | None = None
     held_out_samples: dict[str, Any] | None = None
+    test_answers: AnswerDistribution | None = None
+    test_answers_initial: AnswerDistribution | None = None
 
     def outcomes(self) -> dict[str, int]:
         """How many merge decisions ended each way, keyed by `MergeOutcome` value.
@@ -225,6 +233,9 @@ class EvolutionResult:
             "test_final": self.test_final,
             "test": self.test,
             "held_out_samples": self.held_out_samples,
+            "test_answers": self.test_answers.to_dict() if self.test_answers is not None else None,
+            "test_answers_initial": (self.test_answers_initial.to_dict() if self.test_answers_initial is not None
+                                     else None),
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -270,9 +281,16 @@ class EvolutionResult:
                 test_final=data.get("test_final"),
                 test=data.get("test"),
                 held_out_samples=data.get("held_out_samples"),
+                test_answers=_answers(data.get("test_answers")),
+                test_answers_initial=_answers(data.get("test_answers_initial")),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise AgentDescentError(
                 f"{os.fspath(path)!r} is not a saved agentdescent result "
                 f"(expected JSON written by EvolutionResult.save): {exc}"
             ) from exc
+
+
+def _answers(data: Any) -> AnswerDistribution | None:
+    """An `AnswerDistribution` from a result file, None when absent (a result saved before it existed)."""
+    return AnswerDistribution.from_dict(data) if data is not None else None

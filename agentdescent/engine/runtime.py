@@ -351,6 +351,7 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
         grace_seconds=config.limits.grace_seconds,
         budget_spent=None if governor.max_tokens is None else (
             lambda phase: phase not in outside_budget and governor.over_budget()),
+        call_cache=config.call_cache,
     )
     evaluator = RolloutEvaluator(runner, strategy, counters, held_out, cheap_tasks)
     factory = config.aggregator_factory if config.aggregator_factory is not None else Aggregator

@@ -334,7 +334,7 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
     failures = getattr(env, "failures", None)
     if failures is not None and rollout.reward < 1.0:
         failures.add(rollout)
-    kind = env.chooser.kind(task, rollout.version, rollout.state, rollout.reward)
+    kind = env.chooser.kind(task, rollout.version, rollout.state, rollout.reward, rollout.output)
     if kind is None:
         return None
     advantage = env.groups.advantage(rollout.version, rollout.reward)

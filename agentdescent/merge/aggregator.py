@@ -374,6 +374,16 @@ class Aggregator:
 
     # ------------------------------------------------------------------ decide
 
+    def _changed_tasks(self, measurement: Measurement) -> dict[str, list[str]]:
+        """The held-out tasks the candidate fixed and broke (by id), when the evaluator names its tasks."""
+        tasks = getattr(self.evaluator, "held_out_tasks", None)
+        if not tasks:
+            return {}
+        head = measurement.head_scores
+        fixed = [tasks[i].id for i, s in sorted(measurement.candidate_scores.items()) if i in head and s > head[i]]
+        broke = [tasks[i].id for i, s in sorted(measurement.candidate_scores.items()) if i in head and s < head[i]]
+        return {"fixed": fixed, "broke": broke}
+
     def _decide(self, prepared: Prepared, measurement: Measurement) -> MergeReport:
         """End a measured merge: acceptance, oracle gate, CAS commit; report to the allocator once."""
         acc = measurement.acceptance
@@ -385,7 +395,7 @@ class Aggregator:
             considered=prepared.considered,
             discarded_stale=prepared.discarded_stale,
             conflicts_dropped=prepared.conflicts_dropped,
-            p_improve=acc.confidence, evidence=acc.evidence(measurement.n),
+            p_improve=acc.confidence, evidence={**acc.evidence(measurement.n), **self._changed_tasks(measurement)},
             feedback=[c.feedback for c in prepared.contributors if c.feedback],
             trajectory=tuple(prepared.trajectory),
         )

@@ -16,8 +16,7 @@ from ..errors import InvalidArgument, InvalidArgumentType
 from ..seams import Seam
 from ..types import Diff, stable_hash
 
-__all__ = ["AppendRules", "Demonstration", "Demonstrations", "KeyedRules", "RulesAndDemos", "SingleSlot", "Strategy",
-           "same_value"]
+__all__ = ["AppendRules", "KeyedRules", "SingleSlot", "Strategy", "same_value"]
 
 #: Prefix of content-addressed rule keys: the key is derived from the rule's text, so two
 #: values under such a key are the same rule whatever their case.
@@ -237,8 +236,3 @@ class SingleSlot(Strategy):
 
     def __repr__(self) -> str:
         return f"SingleSlot(initial_value={self.initial_value!r}, key={self.key!r})"
-
-
-# The demonstration strategies build on the ones above; they live in their own module and are
-# named here too, so ``agentdescent.strategies`` lists every shipped strategy.
-from .demonstrations import Demonstration, Demonstrations, RulesAndDemos  # noqa: E402

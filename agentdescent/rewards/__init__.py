@@ -10,6 +10,7 @@ from .builtin import (
     REWARD_NAMES,
     Score,
     answer_regex,
+    any_target,
     by_name,
     check_reward,
     contains_answer,
@@ -27,6 +28,7 @@ from .judge import (
 
 __all__ = [
     "answer_regex",
+    "any_target",
     "by_name",
     "check_reward",
     "contains_answer",

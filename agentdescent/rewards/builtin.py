@@ -17,7 +17,10 @@ whose feedback names the expected answer and what came back:
   extra spaces;
 - `contains_answer` — the answer appears in the reply as a whole word (case-insensitive);
 - `one_of` (choices) — the reply names exactly one of the choices, and it is the answer
-  (so "positive or negative" fails for both labels);
+  (so "positive or negative" fails for both labels); ``one_of()`` reads each task's own
+  choices from ``task.meta["choices"]`` (BIG-bench multiple-choice tasks);
+- `any_target` — any of ``task.meta["targets"]`` (every acceptable answer; else the
+  answer) appears in the reply as a whole word (BIG-bench generative tasks);
 - `number_within` (tolerance) — the first number in the reply is within ``tolerance`` of
   the answer (absolute, or relative with ``relative=True``);
 - `answer_regex` (pattern) — a regular expression built from the task's own answer
@@ -46,6 +49,7 @@ __all__ = [
     "REWARD_NAMES",
     "Score",
     "answer_regex",
+    "any_target",
     "by_name",
     "check_reward",
     "contains_answer",
@@ -196,20 +200,39 @@ def contains_answer(task: Task, output: str) -> Score:
     return Score(0.0, f"expected the reply to contain {_show(answer)}; it was {_show(output)}")
 
 
-def one_of(choices: Sequence[str]) -> Callable[[Task, str], Score]:
-    """A reward for labelling tasks: the reply must name exactly one of ``choices``, and the right one.
+def one_of(choices: Sequence[str] | None = None) -> Callable[[Task, str], Score]:
+    """A reward for labelling tasks: the reply must name exactly one of the choices, and the right one.
 
-    Choices are matched as whole words, case-insensitively. Naming two (a hedge) or none
-    scores 0, with feedback saying which were named.
+    Choices are matched as whole words, case-insensitively; a longer choice's match hides
+    the shorter ones inside it ("implausible" does not also name "plausible", "C#" does not
+    name "C"). Naming two (a hedge) or none scores 0, with feedback saying which were named.
+
+    Args:
+        choices: the labels, the same for every task. None (``one_of()``): each task's own
+            ``task.meta["choices"]`` (a list of labels, such as `agentdescent.data.bigbench.bigbench_tasks`
+            gives), read per task.
 
     Raises:
-        InvalidArgument: fewer than two distinct, non-empty choices.
+        InvalidArgument: fewer than two distinct, non-empty choices (for ``one_of()``, a
+            `agentdescent.errors.RewardContractError` at scoring time naming the task whose
+            ``meta["choices"]`` is missing or has fewer than two).
     """
+    if choices is None:
+        return _one_of_per_task()
     if isinstance(choices, str) or not isinstance(choices, Sequence):
-        raise InvalidArgumentType(f"one_of(choices={choices!r:.80}): give a list of labels")
+        raise InvalidArgumentType(f"one_of(choices={choices!r:.80}): give a list of labels, or None to read each "
+                                  "task's meta['choices']")
     labels = [str(c).strip() for c in choices]
     if len({c.lower() for c in labels if c}) < 2 or any(not c for c in labels):
         raise InvalidArgument(f"one_of(choices={list(choices)!r:.80}): give at least two distinct, non-empty labels")
+    reward = _labels_reward(labels)
+    reward.__name__ = "one_of"
+    reward.__qualname__ = f"one_of({labels!r})"
+    return reward
+
+
+def _labels_reward(labels: list[str]) -> Callable[[Task, str], Score]:
+    """The one-of reward for one fixed list of labels (checked by the caller)."""
     patterns = [(label, _word_pattern(label)) for label in sorted(labels, key=len, reverse=True)]
 
     def named_in(output: str) -> list[str]:
@@ -241,9 +264,86 @@ def one_of(choices: Sequence[str]) -> Callable[[Task, str], Score]:
                               f"{', '.join(named)}")
         return Score(0.0, f"expected {_show(answer)}; the reply named {_show(named[0])}")
 
-    reward.__name__ = "one_of"
-    reward.__qualname__ = f"one_of({labels!r})"
     return reward
+
+
+#: How many distinct choice lists ``one_of()`` keeps compiled (tasks of one benchmark share a few).
+_PER_TASK_CACHE = 256
+
+
+def _one_of_per_task() -> Callable[[Task, str], Score]:
+    """``one_of()``: the same reward as ``one_of(choices)``, with each task's ``meta["choices"]``."""
+    compiled: dict[tuple[str, ...], Callable[[Task, str], Score]] = {}
+
+    def reward(task: Task, output: str) -> Score:
+        meta = task.meta if hasattr(task.meta, "get") else {}
+        raw = meta.get("choices")
+        if isinstance(raw, str) or not isinstance(raw, Sequence):
+            raise RewardContractError(
+                f"task {task.id!r} has no meta['choices'] list: one_of() reads each task's choices from it; give "
+                "every task its choices (bigbench_tasks does), or pass them: one_of(['yes', 'no'])"
+            )
+        labels = tuple(str(c).strip() for c in raw)
+        if len({c.lower() for c in labels if c}) < 2 or any(not c for c in labels):
+            raise RewardContractError(
+                f"task {task.id!r}: its meta['choices'] {list(raw)!r:.80} are not at least two distinct, "
+                "non-empty labels"
+            )
+        scorer = compiled.get(labels)
+        if scorer is None:
+            if len(compiled) >= _PER_TASK_CACHE:
+                compiled.clear()
+            scorer = compiled[labels] = _labels_reward(list(labels))
+        return scorer(task, output)
+
+    reward.__name__ = "one_of"
+    reward.__qualname__ = "one_of(None)"
+    return reward
+
+
+def _targets(task: Task) -> list[str]:
+    meta = task.meta if hasattr(task.meta, "get") else {}
+    raw = meta.get("targets")
+    if raw is None:
+        return [_answer(task)]
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, Sequence) or not items:
+        raise RewardContractError(f"task {task.id!r}: meta['targets'] is {raw!r:.80}; give a non-empty list of "
+                                  "acceptable answers, or leave it out to use meta['answer']")
+    targets = [str(t).strip() for t in items if str(t).strip()]
+    if not targets:
+        raise RewardContractError(f"task {task.id!r}: meta['targets'] holds only empty answers")
+    return targets
+
+
+def any_target(task: Task, output: str) -> Score:
+    """1.0 when any of the task's acceptable answers appears in the reply as a whole word or phrase (case-insensitive).
+
+    The answers are ``task.meta["targets"]`` (a list, as `agentdescent.data.bigbench.bigbench_tasks` gives
+    for generative BIG-bench tasks: ``["three", "3"]`` accepts "3" and "Three."), or
+    ``[task.meta["answer"]]`` when the task has no targets. A target matches as
+    `contains_answer` matches, not inside a longer word; a number target not inside a longer
+    number either ("3" is found in "I count 3." but not in "13", "3.5" or "0.3"). Like
+    `contains_answer`, it rewards a reply that names several answers: use it where a hedge
+    is not a concern, or pair it with a check of its own.
+
+    Raises:
+        RewardContractError: the task has neither targets nor an answer, or its targets are empty.
+    """
+    targets = _targets(task)
+    for target in sorted(targets, key=len, reverse=True):
+        if _target_pattern(target).search(output):
+            return Score(1.0, f"correct: the reply contains {_show(target)}")
+    shown = ", ".join(_show(t, 60) for t in targets[:8]) + (", ..." if len(targets) > 8 else "")
+    return Score(0.0, f"expected the reply to contain one of {shown}; it was {_show(output)}")
+
+
+def _target_pattern(target: str) -> re.Pattern[str]:
+    """A target as a whole word; a number target also not part of a longer number ("3" is not in "3.5", "0.3")."""
+    text = target.strip()
+    if re.fullmatch(r"[-+]?\d+(?:[.,]\d+)?", text):
+        return re.compile(rf"(?<!\w)(?<!\d[.,]){re.escape(text)}(?!\w)(?![.,]\d)")
+    return _word_pattern(text)
 
 
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:[.,]\d+)*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")

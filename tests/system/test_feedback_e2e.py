@@ -167,7 +167,7 @@ def test_a_scores_feedback_is_in_the_llm_agents_proposal_request(engine) -> None
     feedback = f"expected exactly {task.meta['answer']!r}; the reply was {sentence(task)!r}"
     assert first == DEFAULT_PROPOSE_TEMPLATE.format(
         artifact="(empty)", prompt=task.prompt, output=sentence(task), reward=0.0, task_id=task.id,
-        feedback=feedback_paragraph(feedback), feedback_text=feedback)
+        feedback=feedback_paragraph(feedback), feedback_text=feedback, others="")
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -181,7 +181,7 @@ def test_a_float_rewards_proposal_request_has_no_feedback_paragraph(engine) -> N
     task = task_in(first)
     assert first == DEFAULT_PROPOSE_TEMPLATE.format(  # the prompt of a float reward, unchanged
         artifact="(empty)", prompt=task.prompt, output=sentence(task), reward=0.0, task_id=task.id,
-        feedback="", feedback_text="")
+        feedback="", feedback_text="", others="")
 
 
 @pytest.mark.parametrize("engine", ENGINES)
