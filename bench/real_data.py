@@ -71,6 +71,7 @@ import math
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -474,11 +475,18 @@ def run_prompted(ctx: Context, arm: str) -> dict[str, Any]:
 
     cache = None
     path = ctx.cache_path(arm)
+    if path is None and arm == "empty":
+        # kept for the engine's arms: their starting artifact is this one, scored on the same test
+        # tasks with the same calls, so they replay these replies instead of paying for them again
+        path = Path(tempfile.mkdtemp(prefix="agentdescent-empty-calls-"))
+        ctx.extra["scratch"] = [*ctx.extra.get("scratch", []), path]
     if path is not None:
         with contextlib.suppress(ImportError):
             from agentdescent.agents.callcache import CallCache
 
             cache = CallCache(path)
+    if arm == "empty" and path is not None:
+        ctx.extra["empty_cache"] = path
     agent = _agent(ctx, cache)
     rendered = FORMAT_INSTRUCTION[ctx.kind] if arm == "format" else None
     evaluation = evaluate(ctx.splits.test, ctx.reward, agent=agent, rendered=rendered)
@@ -513,14 +521,23 @@ def run_engine(ctx: Context, arm: str) -> dict[str, Any]:
         "test_tasks": ctx.splits.test, "n_workers": args.workers, "seed": ctx.seed,
         "held_out_frac": ctx.splits.held_out_frac, "ledger": ledger, "artifact_id": artifact,
     }
+    # the engine's own cache of model calls: a repeated identical temperature-0 call inside the run
+    # (a noise probe, a head scored again) is served from disk; under --cache-dir it persists, so a
+    # second identical bench run replays (cache hits are counted apart, never as calls)
     path = ctx.cache_path(arm)
-    if path is not None:
-        keywords["call_cache"] = str(path)
+    scratch = None
+    if path is None:
+        scratch = tempfile.TemporaryDirectory(prefix="agentdescent-calls-")
+        path = Path(scratch.name)
+    keywords["call_cache"] = str(path)
+    seeded = _seed_from_empty(ctx, path)
     if arm == "agentdescent-sync":
         result = evolve(ctx.splits.pool, ctx.reward, rounds=args.rounds, **keywords)
     else:
         result = async_evolve(ctx.splits.pool, ctx.reward, max_rollouts=args.rounds * args.workers,
                               max_seconds=args.max_seconds, **keywords)
+    if scratch is not None:
+        scratch.cleanup()
     test = result.test or {}
     if not test.get("final"):
         return _row(ctx, arm, status="error", reason=f"no test evaluation: stop {result.stop_reason}, "
@@ -540,7 +557,27 @@ def run_engine(ctx: Context, arm: str) -> dict[str, Any]:
                        "version": result.version, "committed": _committed(result), "demos": demos,
                        "rules_chars": len(result.rendered or ""), "stop_reason": result.stop_reason,
                        "error": result.error, "outcomes": result.outcomes(), "leak_check": leaks,
-                       "test_difference": test.get("difference")})
+                       "test_difference": test.get("difference"), "replayed_from_empty": seeded})
+
+
+def _seed_from_empty(ctx: Context, path: Path) -> int:
+    """Copy the ``empty`` arm's cached calls into an engine arm's cache; how many were copied.
+
+    The engine scores its starting artifact (the empty one) on the test set; those are
+    exactly the ``empty`` row's calls, so they are read from its cache instead of being paid
+    twice. Nothing else can hit: every other call of the run has an artifact in it.
+    """
+    source = ctx.extra.get("empty_cache")
+    if source is None or not Path(source).is_dir():
+        return 0
+    path.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for entry in Path(source).glob("*.json"):
+        target = path / entry.name
+        if not target.exists():
+            shutil.copyfile(entry, target)
+            copied += 1
+    return copied
 
 
 def _committed(result: Any) -> int:
@@ -836,6 +873,8 @@ def main(argv: list[str] | None = None) -> int:
                     progress(f"{name} seed {seed}: {arm}: {row['status']} accuracy {_fmt(row['accuracy'])}, "
                              f"{row['calls']} calls, {row['tokens']} tokens, {row['seconds']} s"
                              + (f" ({row['reason']})" if row["reason"] else ""))
+                for folder in ctx.extra.get("scratch", []):
+                    shutil.rmtree(folder, ignore_errors=True)
     report: dict[str, Any] = {
         "model": args.model, "base_url": args.base_url, "tasks": names, "seeds": seeds, "arms": arms,
         "test_size": args.test_size, "train_size": args.train_size, "held_out_size": args.held_out_size,

@@ -29,6 +29,7 @@ from ..clock import Clock, as_clock
 from ..errors import GovernanceError, InvalidArgument, InvalidArgumentType
 from ..ledger import Ledger
 from ..merge.aggregator import AggregatorConfig
+from ..merge.demonstrations import demo_slots
 from ..merge.governance import ArtifactInfo, Layer, classify
 from ..merge.staleness import StalenessPolicy, get_policy
 from ..merge.strategies import Strategy
@@ -312,8 +313,18 @@ class RunConfig:
         return [*named, ("reward", self.reward)]
 
     def aggregator_config(self) -> AggregatorConfig:
-        """``agg_config`` with ``fusion_tournament`` applied, and the split's ``stratify`` key as its ``group_key``."""
-        cfg = self.agg_config if self.agg_config is not None else AggregatorConfig()
+        """``agg_config`` with ``fusion_tournament`` applied, and the split's ``stratify`` key as its ``group_key``.
+
+        Without an ``agg_config``, a strategy that holds demonstrations gets
+        ``max_regressions=None``: one new example moves many answers at once (a model that
+        gave every question one label gives another), so a candidate that fixes more
+        held-out tasks than it breaks must be able to pass; the paired test on the full
+        held-out mean still decides, at its stated rate.
+        """
+        if self.agg_config is not None:
+            cfg = self.agg_config
+        else:
+            cfg = AggregatorConfig(max_regressions=None) if demo_slots(self.strategy) else AggregatorConfig()
         if self.fusion_tournament is not None:
             cfg = dataclasses.replace(cfg, fusion_tournament=self.fusion_tournament)
         if cfg.group_key is None and self.split.stratify is not None:

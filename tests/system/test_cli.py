@@ -575,3 +575,40 @@ def test_each_new_flag_says_its_default():
     for flag in ("--version", "--repeats", "--workers", "--json"):
         assert "(default" in eval_help[flag], (flag, eval_help[flag])
     assert "number:1% relative" in init_help["--reward"] and "{answer}" in init_help["--reward"]
+
+
+# --------------------------------------------------------------------------- demonstrations
+
+def _few_shot_responder(path: str, body: Any) -> Reply:
+    """A model that answers bare once it is shown a worked example (an assistant turn), else in a sentence."""
+    messages = body["messages"]
+    if _is_proposal(body):
+        return Reply(200, openai_body("The assistant should try harder."))  # not a rule a weak model can write
+    answer = _solution(messages[-1]["content"])
+    shown = any(m["role"] == "assistant" for m in messages[:-1])
+    return Reply(200, openai_body(answer if shown else f"I think the answer is {answer}."))
+
+
+def test_init_demos_makes_train_tasks_examples_the_report_names_and_calls_are_cached(tmp_path):
+    with LLMServer(responder=_few_shot_responder) as server:
+        run_dir = init(tmp_path, server, "--demos", "2", "--temperature", "0")
+        assert json.loads((run_dir / "spec.json").read_text())["demos"] == 2
+        run = cli("run", str(run_dir), "--rounds", "3", "--workers", "2")
+        assert run.returncode == 0, run.stderr
+        result = json.loads((run_dir / "result.json").read_text())
+        demos = {k: json.loads(v) for k, v in result["state"].items() if k.startswith("demo:")}
+        assert demos and all(d["kind"] == "labeled" and d["source"].startswith("q") for d in demos.values())
+        assert result["final_reward"] == 1.0
+        # every request after the first commit carries the examples as chat turns
+        assert any(m["role"] == "assistant" for r in server.requests for m in r.body["messages"])
+        report = cli("report", str(run_dir), "-o", str(tmp_path / "report.html"))
+        assert report.returncode == 0, report.stderr
+        html = (tmp_path / "report.html").read_text()
+        assert "demonstration 1:" in html or "demonstration 2:" in html
+        assert "fixed" in html
+        cached = list((run_dir / "call-cache").glob("*.json"))
+        assert cached, "temperature-0 calls are kept in RUN_DIR/call-cache"
+        assert not any(KEY in f.read_text() for f in cached)
+        bad = cli("init", str(tmp_path / "bad"), "--tasks", str(tmp_path / "tasks.jsonl"), "--model", "m",
+                  "--base-url", server.openai_base_url, "--api-key-env", "CLI_TEST_KEY", "--demos", "0")
+        assert bad.returncode == 2 and "demos" in bad.stderr
