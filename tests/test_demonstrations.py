@@ -213,3 +213,14 @@ def test_a_demonstration_commit_reads_as_one_line_in_the_decision_record():
     lines = decision_record(committed[0])["candidate"]
     assert lines and all(line.startswith("demonstration ") and "from task t" in line for line in lines)
     assert json.loads(next(iter(committed[0].accepted.ops.values())))["kind"] in ("labeled", "bootstrapped")
+
+
+def test_a_demonstration_strategy_tolerates_regressions_by_default_unless_told_otherwise():
+    from agentdescent.engine.config import RunConfig
+    tasks = [_task("t", i) for i in range(8)]
+    base = dict(run=_run, propose=_no_rule)
+    assert RunConfig(tasks, _reward, strategy=ad.RulesAndDemos(), **base).aggregator_config().max_regressions is None
+    assert RunConfig(tasks, _reward, **base).aggregator_config().max_regressions == 0
+    given = ad.AggregatorConfig(max_regressions=1)
+    assert RunConfig(tasks, _reward, strategy=ad.Demonstrations(), agg_config=given,
+                     **base).aggregator_config().max_regressions == 1
