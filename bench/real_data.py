@@ -98,7 +98,11 @@ from bench.jsonout import write_json  # noqa: E402
 
 ARMS = ("empty", "format", "constant", "agentdescent-sync", "agentdescent-async", "dspy-labeled",
         "dspy-bootstrap")
-ENGINE_ARMS = ("agentdescent-sync", "agentdescent-async")
+#: Arms run only when named: the model's own rules, one failure per proposal request or three
+#: (``LLMAgent(reflect_on=3)``), to measure what reflecting on several failures does.
+EXTRA_ARMS = ("agentdescent-rules", "agentdescent-rules-reflect3")
+ENGINE_ARMS = ("agentdescent-sync", "agentdescent-async", *EXTRA_ARMS)
+ALL_ARMS = (*ARMS, *EXTRA_ARMS)
 DSPY_ARMS = ("dspy-labeled", "dspy-bootstrap")
 SDIST = "bigbench-1.0.0.tar.gz"
 MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/{name}/task.json"
@@ -457,13 +461,15 @@ def _skip(ctx: Context, arm: str, reason: str) -> dict[str, Any]:
     return _row(ctx, arm, status="skipped", reason=reason)
 
 
-def _agent(ctx: Context, cache: Any = None) -> Any:
+def _agent(ctx: Context, cache: Any = None, reflect_on: int = 1) -> Any:
     from agentdescent import LLMAgent
     from agentdescent.providers import openai_compatible
 
     provider = openai_compatible(ctx.args.model, base_url=ctx.proxy.base_url, api_key=ctx.args.api_key,
                                  timeout=600.0)
     options: dict[str, Any] = {"model": ctx.args.model, "temperature": 0.0, "call_tokens": ctx.call_tokens}
+    if reflect_on > 1:
+        options["reflect_on"] = reflect_on
     if cache is not None and "call_cache" in inspect.signature(LLMAgent).parameters:
         options["call_cache"] = cache
     return LLMAgent(provider, **options)
@@ -507,17 +513,25 @@ def run_constant(ctx: Context, arm: str) -> dict[str, Any]:
 
 
 def run_engine(ctx: Context, arm: str) -> dict[str, Any]:
-    """Our engine: ``evolve`` or ``async_evolve`` with ``RulesAndDemos(demos=4)``, ``proposal="auto"``."""
+    """Our engine: ``evolve`` or ``async_evolve`` with ``RulesAndDemos(demos=4)``, ``proposal="auto"``.
+
+    The rules arms (`EXTRA_ARMS`): ``evolve`` with ``AppendRules()`` and ``proposal="model"``.
+    """
     try:
-        from agentdescent import RulesAndDemos, async_evolve, evolve
+        from agentdescent import AppendRules, RulesAndDemos, async_evolve, evolve
         from agentdescent.ledger import MemoryLedger
     except ImportError as exc:
         return _skip(ctx, arm, f"agentdescent.RulesAndDemos is not importable yet ({exc})")
     args = ctx.args
     artifact = f"bigbench-{ctx.task}"
     ledger = MemoryLedger()
+    rules_only = arm.startswith("agentdescent-rules")
     keywords: dict[str, Any] = {
-        "agent": _agent(ctx), "strategy": RulesAndDemos(demos=args.demos), "proposal": "auto",
+        # the rules arms: the model's own rules only (no demonstration slots), one failure per
+        # proposal request or three (reflect_on: GEPA's reflective minibatch)
+        "agent": _agent(ctx, reflect_on=3 if arm.endswith("reflect3") else 1),
+        "strategy": AppendRules() if rules_only else RulesAndDemos(demos=args.demos),
+        "proposal": "model" if rules_only else "auto",
         "test_tasks": ctx.splits.test, "n_workers": args.workers, "seed": ctx.seed,
         "held_out_frac": ctx.splits.held_out_frac, "ledger": ledger, "artifact_id": artifact,
     }
@@ -531,7 +545,7 @@ def run_engine(ctx: Context, arm: str) -> dict[str, Any]:
         path = Path(scratch.name)
     keywords["call_cache"] = str(path)
     seeded = _seed_from_empty(ctx, path)
-    if arm == "agentdescent-sync":
+    if arm != "agentdescent-async":
         result = evolve(ctx.splits.pool, ctx.reward, rounds=args.rounds, **keywords)
     else:
         result = async_evolve(ctx.splits.pool, ctx.reward, max_rollouts=args.rounds * args.workers,
@@ -596,6 +610,14 @@ def run_dspy(ctx: Context, arm: str) -> dict[str, Any]:
     logging.getLogger("dspy").setLevel(logging.ERROR)
     options = {"api_base": ctx.proxy.base_url, "api_key": ctx.args.api_key, "temperature": 0,
                "max_tokens": ctx.call_tokens, "cache": False}
+    path = ctx.cache_path(arm)
+    if path is not None:
+        # under --cache-dir DSPy keeps its own disk cache per (task, seed, arm), as our arms keep
+        # theirs: a first run starts from an empty folder and pays every call; a second identical
+        # run replays. (No memory cache: it would serve one arm from another's calls.)
+        dspy.configure_cache(enable_disk_cache=True, enable_memory_cache=False, disk_cache_dir=str(path),
+                             restrict_pickle=True)
+        options["cache"] = True
     try:
         lm = dspy.LM(f"openai/{ctx.args.model}", engine="litellm", **options)
     except TypeError:  # a DSPy without engines
@@ -651,6 +673,7 @@ def _history_text(entries: Sequence[Mapping[str, Any]]) -> str:
 RUNNERS: dict[str, Callable[[Context, str], dict[str, Any]]] = {
     "empty": run_prompted, "format": run_prompted, "constant": run_constant,
     "agentdescent-sync": run_engine, "agentdescent-async": run_engine,
+    "agentdescent-rules": run_engine, "agentdescent-rules-reflect3": run_engine,
     "dspy-labeled": run_dspy, "dspy-bootstrap": run_dspy,
 }
 
@@ -719,7 +742,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], gold: Mapping[tuple[str, int], 
     for task in sorted({r["task"] for r in rows}):
         labels = [lab for (t, _), labs in gold.items() if t == task for lab in labs]
         dists.append({"task": task, "arm": "gold", **distribution(labels)})
-        for arm in ARMS:
+        for arm in ALL_ARMS:
             mine = [r for r in rows if r["task"] == task and r["arm"] == arm and r["status"] == "ok"]
             if mine:
                 dists.append({"task": task, "arm": arm,
@@ -837,9 +860,10 @@ def main(argv: list[str] | None = None) -> int:
     names = [check_task_name(n) for n in _csv(args.tasks)]
     seeds = _csv(args.seeds, int)
     arms = _csv(args.arms)
-    unknown = sorted(set(arms) - set(ARMS))
+    unknown = sorted(set(arms) - set(ALL_ARMS))
     if unknown or not arms or not names or not seeds:
-        raise SystemExit(f"real_data: give --tasks, --seeds and --arms (arms: {', '.join(ARMS)}); unknown: {unknown}")
+        raise SystemExit(f"real_data: give --tasks, --seeds and --arms (arms: {', '.join(ALL_ARMS)}); "
+                         f"unknown: {unknown}")
     folder = data_folder(args.data_dir)
     paths = {n: folder / "tasks" / n / "task.json" for n in names}
     if not all(p.is_file() for p in paths.values()):
