@@ -730,7 +730,7 @@ def paired_gains(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def summarize(rows: Sequence[Mapping[str, Any]], gold: Mapping[tuple[str, int], Sequence[str]]) -> dict[str, Any]:
     """The per-task medians over seeds, the paired gains, the answer distributions and the leak verdict."""
     summary = []
-    keys = sorted({(r["task"], r["arm"]) for r in rows}, key=lambda k: (k[0], ARMS.index(k[1])))
+    keys = sorted({(r["task"], r["arm"]) for r in rows}, key=lambda k: (k[0], ALL_ARMS.index(k[1])))
     for task, arm in keys:
         mine = [r for r in rows if r["task"] == task and r["arm"] == arm and r["status"] == "ok"]
         entry: dict[str, Any] = {"task": task, "arm": arm, "seeds": len(mine)}
