@@ -101,9 +101,9 @@ def test_a_tie_for_the_best_score_keeps_every_best_choice_as_a_target(tmp_path: 
     assert task.meta["answer"] == "a" and task.meta["targets"] == ["a", "b"]
 
 
-def test_a_generative_file_gives_the_first_target_as_answer_and_all_as_targets(tmp_path: Path) -> None:
+def test_a_generative_file_gives_the_shortest_target_as_answer_and_all_as_targets(tmp_path: Path) -> None:
     tasks = bigbench_tasks(write(tmp_path, COUNT_TASK))
-    assert tasks[0].meta["answer"] == "four" and tasks[0].meta["targets"] == ["four", "4"]
+    assert tasks[0].meta["answer"] == "4" and tasks[0].meta["targets"] == ["four", "4"]
     assert tasks[1].meta["answer"] == "1" and tasks[1].meta["targets"] == ["1"]
     assert tasks[0].meta["kind"] == "generative" and "choices" not in tasks[0].meta
     assert tasks[0].prompt == COUNT_TASK["examples"][0]["input"]

@@ -57,7 +57,9 @@ def bigbench_tasks(task_json_path: str | os.PathLike[str], *, limit: int | None 
       output) and ``"targets"`` (every acceptable output). For a multiple-choice example
       ``"choices"`` lists the choices, ``"answer"`` is the choice with the highest score
       (the first of them on a tie) and ``"targets"`` every choice with that score; for a
-      generative one ``"answer"`` is the first target and ``"targets"`` all of them.
+      generative one ``"answer"`` is the shortest target (the first of the shortest: ``"3"``
+      of ``["three", "3"]``, the form a labeled demonstration shows, which a small model
+      copies best) and ``"targets"`` all of them, in the file's order.
 
     Score multiple-choice tasks with ``one_of()`` (it reads each task's choices) and
     generative ones with ``any_target`` (any target, as a whole word).
@@ -122,7 +124,8 @@ def bigbench_tasks(task_json_path: str | os.PathLike[str], *, limit: int | None 
                 parts.append("Options: " + gap.join(choices))
         elif "target" in example:
             targets = _targets(example["target"], where)
-            meta.update(kind="generative", answer=targets[0], targets=targets)
+            # the shortest target is the answer a demonstration shows: "3" rather than "three"
+            meta.update(kind="generative", answer=min(targets, key=len), targets=targets)
         else:
             raise DataLoadError(f"{where} has neither 'target_scores' (multiple choice) nor 'target' (generative); "
                                 "give it its expected output, or drop the example")
