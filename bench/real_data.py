@@ -92,7 +92,7 @@ from agentdescent import Task  # noqa: E402
 from agentdescent.data.loader import bigbench_tasks, cache_root  # noqa: E402
 from agentdescent.engine.config import Split  # noqa: E402
 from agentdescent.engine.testset import Evaluation, bootstrap_interval  # noqa: E402
-from agentdescent.rewards.builtin import any_target, one_of  # noqa: E402
+from agentdescent.rewards.builtin import any_target, named_choices, one_of  # noqa: E402
 from bench._counting_proxy import CountingProxy, delta  # noqa: E402
 from bench.jsonout import write_json  # noqa: E402
 
@@ -257,20 +257,6 @@ def make_splits(tasks: Sequence[Task], seed: int, *, test_size: int, train_size:
 
 
 # --------------------------------------------------------------------------- scoring replies
-
-
-def named_choices(choices: Sequence[str], text: str) -> list[str]:
-    """The choices ``text`` names as whole words (case ignored), a longer choice hiding shorter ones inside it."""
-    taken: list[tuple[int, int]] = []
-    named: list[str] = []
-    for label in sorted(choices, key=len, reverse=True):
-        pattern = re.compile(rf"(?<!\w){re.escape(label.strip())}(?!\w)", re.I)
-        for m in pattern.finditer(text):
-            if not any(m.start() < b and a < m.end() for a, b in taken):
-                taken.append(m.span())
-                if label not in named:
-                    named.append(label)
-    return [c for c in choices if c in named]
 
 
 def _as_number(token: str) -> str:

@@ -49,48 +49,25 @@ DEFAULT_SOLVE_TEMPLATE = "{prompt}"
 #: feedback itself, or ``""``) and ``{others}`` (the other failed rollouts a proposal
 #: reflects on, ``LLMAgent(reflect_on=k)``, as a paragraph: see `others_paragraph`; ``""``
 #: when there are none, so with ``reflect_on=1`` the prompt is unchanged).
-DEFAULT_PROPOSE_TEMPLATE = """\
-You are improving the playbook an assistant follows. The assistant answered a task \
-below and did not fully succeed.
+def _failed_task(improving: str, current: str) -> str:
+    """The part every non-edit propose template shares: what is improved, the task, the answer, its score."""
+    return (f"You are improving the {improving} an assistant follows. The assistant answered a task below and "
+            f"did not fully succeed.\n\nCurrent {current}:\n{{artifact}}\n\nTask:\n{{prompt}}\n\n"
+            "The assistant's answer:\n{output}\n\nScore: {reward:.2f} out of 1.{feedback}{others}\n\n")
 
-Current playbook:
-{artifact}
 
-Task:
-{prompt}
-
-The assistant's answer:
-{output}
-
-Score: {reward:.2f} out of 1.{feedback}{others}
-
-Write ONE general rule, a single sentence, that would have helped the assistant on \
-tasks like this one. It must be general (not the answer to this task) and must not \
-repeat a rule already in the playbook. Reply with the rule only. If no rule would \
-help, reply NONE."""
+DEFAULT_PROPOSE_TEMPLATE = _failed_task("playbook", "playbook") + (
+    "Write ONE general rule, a single sentence, that would have helped the assistant on tasks like this one. It "
+    "must be general (not the answer to this task) and must not repeat a rule already in the playbook. Reply with "
+    "the rule only. If no rule would help, reply NONE.")
 
 #: The user message of a propose call in rewrite mode (``proposal="rewrite"``, for
 #: `agentdescent.SingleSlot`): the model returns the whole new text. Same fields as
 #: `DEFAULT_PROPOSE_TEMPLATE`; ``{artifact}`` is required too.
-DEFAULT_REWRITE_TEMPLATE = """\
-You are improving the instructions an assistant follows. The assistant answered a task \
-below and did not fully succeed.
-
-Current instructions:
-{artifact}
-
-Task:
-{prompt}
-
-The assistant's answer:
-{output}
-
-Score: {reward:.2f} out of 1.{feedback}{others}
-
-Rewrite the instructions so that the assistant does better on tasks like this one. Keep \
-what works, change as little as needed, and keep them general (never put the answer to \
-this task in them). Reply with the complete new instructions only. If no change would \
-help, reply NONE."""
+DEFAULT_REWRITE_TEMPLATE = _failed_task("instructions", "instructions") + (
+    "Rewrite the instructions so that the assistant does better on tasks like this one. Keep what works, change "
+    "as little as needed, and keep them general (never put the answer to this task in them). Reply with the "
+    "complete new instructions only. If no change would help, reply NONE.")
 
 #: The user message of a propose call in edit mode (``proposal="edit"``, for
 #: `agentdescent.code.FileTree`): the model returns search/replace blocks. Same fields as

@@ -18,11 +18,11 @@ This module holds values and counts only: it must not call a model, score, or to
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..rewards.builtin import named_choices
 from ..types import Task
 from .testset import Evaluation
 
@@ -47,16 +47,8 @@ def _normal(text: Any) -> str:
 
 
 def _named(reply: str, choices: Sequence[str]) -> list[str]:
-    """The choices ``reply`` names as whole words, case-insensitively; a longer choice's match hides the shorter ones inside it."""
-    taken: list[tuple[int, int]] = []
-    named: list[str] = []
-    for choice in sorted({c.strip() for c in choices if c.strip()}, key=len, reverse=True):
-        for match in re.finditer(rf"(?<!\w){re.escape(choice)}(?!\w)", reply, re.IGNORECASE):
-            if not any(match.start() < b and a < match.end() for a, b in taken):
-                taken.append(match.span())
-                if _normal(choice) not in named:
-                    named.append(_normal(choice))
-    return named
+    """The choices ``reply`` names (`agentdescent.rewards.builtin.named_choices`), normalised."""
+    return list(dict.fromkeys(_normal(c) for c in named_choices([c.strip() for c in choices], reply)))
 
 
 def _choices(task: Task | None) -> list[str]:

@@ -44,6 +44,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..merge.demonstrations import Demonstration, demo_slots, is_demo_key
+from ..rewards.builtin import named_choices
 from ..types import Diff, Task, stable_hash
 
 __all__ = ["PROPOSAL_RULES", "DemoChooser", "PromptGuard", "expected_output"]
@@ -124,7 +125,7 @@ class DemoChooser:
         """The filled slots whose example the failed reply copied: it names their output, which is not the task's."""
         demos = self.strategy.demonstrations(state)
         return [s for s, d in sorted(demos.items())
-                if d.output.strip().casefold() != shown.casefold() and _names(output, d.output)]
+                if d.output.strip().casefold() != shown.casefold() and named_choices([d.output.strip()], output)]
 
     def _slots_for(self, state: Mapping[str, str], output: str, shown: str) -> list[int]:
         """The slots a labeled demonstration may take: the open ones and those the reply copied.
@@ -152,12 +153,6 @@ class DemoChooser:
         pool = self.strategy.open_slots(state) if kind == "bootstrapped" else self._slots_for(state, output, shown)
         slot = pool[self._draw(task, version, "slot") % len(pool)]
         return self.strategy.demo_diff(state, demo, slot=slot, author=author, base_version=version, target=target)
-
-
-def _names(output: str, text: str) -> bool:
-    """Does ``output`` name ``text`` (as a whole word, blind to case)?"""
-    text = text.strip()
-    return bool(text) and re.search(rf"(?<!\w){re.escape(text)}(?!\w)", output, re.IGNORECASE) is not None
 
 
 def _norm(text: str) -> str:

@@ -236,6 +236,7 @@ class WorkerContext(Protocol):
     self_verify: bool
     chooser: DemoChooser
     guard: PromptGuard | None
+    failures: FailureBuffer
 
 
 @dataclass
@@ -276,9 +277,8 @@ def _model_proposal(env: WorkerContext, rollout: Rollout) -> str | None:
     """Ask the agent for a rule, rewrite or edit (with the worker's other failures when it reflects on several)."""
     task = rollout.task
     propose = env.propose
-    failures = getattr(env, "failures", None)
-    if failures is not None and failures.width > 1:
-        propose = functools.partial(env.propose, failures=failures.others(rollout))
+    if env.failures.width > 1:
+        propose = functools.partial(env.propose, failures=env.failures.others(rollout))
     proposal = env.runner.call(
         propose, rollout.rendered, task, rollout.output, rollout.reward,
         what=f"worker {rollout.worker_id} proposal for task {task.id!r}", phase="proposal",
@@ -331,9 +331,8 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
         ProposalContractError: the proposer returned neither ``str`` nor ``None``.
     """
     task = rollout.task
-    failures = getattr(env, "failures", None)
-    if failures is not None and rollout.reward < 1.0:
-        failures.add(rollout)
+    if rollout.reward < 1.0:
+        env.failures.add(rollout)
     kind = env.chooser.kind(task, rollout.version, rollout.state, rollout.reward, rollout.output)
     if kind is None:
         return None

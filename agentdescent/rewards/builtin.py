@@ -54,6 +54,7 @@ __all__ = [
     "check_reward",
     "contains_answer",
     "exact_match",
+    "named_choices",
     "normalized_match",
     "number_within",
     "one_of",
@@ -188,6 +189,23 @@ def _word_pattern(answer: str) -> re.Pattern[str]:
     return re.compile(rf"(?<!\w){re.escape(answer.strip())}(?!\w)", re.IGNORECASE)
 
 
+def named_choices(choices: Sequence[str], text: str) -> list[str]:
+    """The choices ``text`` names as whole words (case ignored), in the order of ``choices``.
+
+    A longer choice's match hides the shorter ones inside it: "implausible" does not also
+    name "plausible", "C#" does not name "C". The one matcher behind `one_of`, the answer
+    distribution of a test set (`agentdescent.engine.answers`) and the benchmarks.
+    """
+    taken: list[tuple[int, int]] = []
+    named: set[str] = set()
+    for label in sorted({c for c in choices if c.strip()}, key=len, reverse=True):
+        for m in _word_pattern(label).finditer(text):
+            if not any(m.start() < b and a < m.end() for a, b in taken):
+                taken.append(m.span())
+                named.add(label)
+    return [c for c in dict.fromkeys(choices) if c in named]
+
+
 def contains_answer(task: Task, output: str) -> Score:
     """1.0 when the answer appears in the reply as a whole word or phrase (case-insensitive).
 
@@ -233,19 +251,8 @@ def one_of(choices: Sequence[str] | None = None) -> Callable[[Task, str], Score]
 
 def _labels_reward(labels: list[str]) -> Callable[[Task, str], Score]:
     """The one-of reward for one fixed list of labels (checked by the caller)."""
-    patterns = [(label, _word_pattern(label)) for label in sorted(labels, key=len, reverse=True)]
-
     def named_in(output: str) -> list[str]:
-        """The choices the reply names; a longer choice's match hides the shorter ones inside it ("C#" is not "C")."""
-        taken: list[tuple[int, int]] = []
-        named: list[str] = []
-        for label, pattern in patterns:
-            for m in pattern.finditer(output):
-                if not any(m.start() < b and a < m.end() for a, b in taken):
-                    taken.append(m.span())
-                    if label not in named:
-                        named.append(label)
-        return [label for label in labels if label in named]
+        return named_choices(labels, output)
 
     def reward(task: Task, output: str) -> Score:
         answer = _answer(task)
