@@ -1,8 +1,9 @@
 """What isolation this machine offers: the platform probe, run once per process in a throwaway launcher.
 
 This module owns `_Platform` (the Landlock ABI, how a network namespace can be had, the
-capability drop, a private /dev/shm, the resource limits that hold, the ``nobody`` user to
-drop to where there is no Landlock) and `_platform`, which finds it by running the
+capability drop, a private /dev/shm, the resource limits that hold, a mount and PID
+namespace of its own, the control groups a sandbox can limit itself with, the unprivileged
+user a root engine's commands run as, the ``nobody`` user to drop to where none of that is had) and `_platform`, which finds it by running the
 launcher ``agentdescent/code/_jail.py`` with ``--probe`` in a process of its own and caches
 the answer for the process. `agentdescent.code.sandbox` reads it to say what holds
 (`Sandbox.protections`), to refuse (``require_isolation=True``) and to configure a run.
@@ -39,6 +40,9 @@ class _Platform:
     shm: bool = False  # a private /dev/shm (a mount namespace with its own tmpfs) can be had
     rlimits: tuple[str, ...] = ()
     nobody: tuple[int, int] | None = None  # uid, gid to drop to, when root and it can run Python
+    ns: str | None = None  # "root" or "userns": a mount and PID namespace of its own can be had
+    cgroup: tuple[str, ...] = ()  # control-group folders a sandbox can make its group under
+    identity: tuple[int, int] | None = None  # uid, gid a root engine's commands run as (in the namespaces)
 
 
 @functools.cache
@@ -57,7 +61,24 @@ def _platform() -> _Platform:
     return _Platform(system=str(found.get("system", system)), posix=True, landlock_abi=abi,
                      net=found.get("net"), caps=bool(found.get("caps")), shm=bool(found.get("shm")),
                      rlimits=tuple(found.get("rlimits", ())),
-                     nobody=_nobody() if found.get("euid") == 0 and not abi else None)
+                     nobody=_nobody() if found.get("euid") == 0 and not abi and not found.get("ns") else None,
+                     ns=found.get("ns"), cgroup=tuple(found.get("cgroup") or ()),
+                     identity=_unprivileged() if found.get("euid") == 0 and found.get("ns") else None)
+
+
+def _unprivileged() -> tuple[int, int]:
+    """The ids a root engine's commands drop to: the ``nobody`` user's, else 65534.
+
+    In the sandbox's own mount namespace the interpreter is bound back where it can be
+    reached, so unlike `_nobody` this needs no readable path to it on the host.
+    """
+    import pwd  # POSIX only; the module itself must import everywhere
+
+    try:
+        entry = pwd.getpwnam("nobody")
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return 65534, 65534
 
 
 def _nobody() -> tuple[int, int] | None:

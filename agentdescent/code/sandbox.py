@@ -30,6 +30,7 @@ import contextlib
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import stat
@@ -88,6 +89,10 @@ class SandboxRun:
         signal: the signal that ended it, if any (SIGKILL from the timeout, the memory limit...).
         limits: the limits it ran under (``timeout``, ``grace``, ``memory_mb``,
             ``cpu_seconds``, ``file_mb``), for `describe`.
+        channel: with ``run(..., channel=True)``, what the command wrote to its results
+            descriptor (decoded, capped at 5 MB); else None.
+        nonce: with ``channel=True``, the run's nonce (32 hex digits) the command was given
+            to read once; a record without it was not written by whoever read it.
     """
 
     returncode: int | None
@@ -98,6 +103,8 @@ class SandboxRun:
     files: dict[str, str]
     signal: int | None = None
     limits: dict[str, float | None] = field(default_factory=dict)
+    channel: str | None = None
+    nonce: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -160,7 +167,13 @@ class Sandbox:
         env: extra environment variables for the command; no secrets (a name holding KEY,
             TOKEN, SECRET or PASSWORD, or a value starting ``sk-``, is refused).
         require_isolation: refuse (`SandboxUnavailable`) rather than run with weaker isolation
-            when Landlock, or a network block with ``network=False``, is missing.
+            when Landlock, a network block with ``network=False``, or (run as root) an
+            unprivileged identity in namespaces of its own, is missing.
+        disk_mb: the size of the command's scratch space (its HOME and TMPDIR, a tmpfs of
+            its own where the platform has mount namespaces; it counts against the memory
+            limit too). None: 1024.
+        max_processes: the most processes and threads the whole run may have at once (a
+            control group's ``pids.max``, where the platform offers one), or None.
 
     Raises:
         InvalidArgument: a knob out of range, or an ``env`` entry that looks like a secret.
@@ -171,7 +184,8 @@ class Sandbox:
     def __init__(self, timeout: float = 60.0, *, grace: float = 2.0, memory_mb: int | None = 2048,
                  cpu_seconds: float | None = None, file_mb: int | None = 64, max_output_chars: int = 20_000,
                  network: bool = False, env: Mapping[str, str] | None = None,
-                 require_isolation: bool = False) -> None:
+                 require_isolation: bool = False, disk_mb: int | None = 512,
+                 max_processes: int | None = 256) -> None:
         owner = "Sandbox"
         self.timeout = check_seconds(timeout, "timeout", positive=True, owner=owner,
                                      hint="the command's wall-clock limit")
@@ -186,6 +200,10 @@ class Sandbox:
         self.network = check_bool(network, "network", owner=owner)
         self.env = _check_env(env)
         self.require_isolation = check_bool(require_isolation, "require_isolation", owner=owner)
+        self.disk_mb = check_int(disk_mb, "disk_mb", low=1, optional=True, owner=owner,
+                                 hint="the command's scratch space (HOME and TMPDIR) in MB; None: 1024")
+        self.max_processes = check_int(max_processes, "max_processes", low=8, optional=True, owner=owner,
+                                       hint="the most processes and threads a run may have at once; None for no limit")
         if self.require_isolation:
             self._require(_platform())
 
@@ -194,7 +212,8 @@ class Sandbox:
         return (f"Sandbox(timeout={self.timeout:g}, grace={self.grace:g}, memory_mb={self.memory_mb}, "
                 f"cpu_seconds={self.cpu_seconds}, file_mb={self.file_mb}, "
                 f"max_output_chars={self.max_output_chars}, network={self.network}{extras}, "
-                f"require_isolation={self.require_isolation})")
+                f"require_isolation={self.require_isolation}, disk_mb={self.disk_mb}, "
+                f"max_processes={self.max_processes})")
 
     def _require(self, here: _Platform) -> None:
         missing = []
@@ -202,6 +221,9 @@ class Sandbox:
             missing.append("Landlock filesystem isolation (Linux 5.13 or later with Landlock enabled)")
         if not self.network and not here.net and here.landlock_abi < 4:
             missing.append("a network block (a network namespace, or Landlock ABI 4 or later)")
+        if _is_root() and not here.identity:
+            missing.append("an unprivileged identity for the command (mount and PID namespaces, which "
+                           "a root engine needs to drop root safely)")
         if missing:
             raise SandboxUnavailable(
                 f"Sandbox(require_isolation=True): {' and '.join(missing)} not available on "
@@ -285,21 +307,32 @@ class Sandbox:
 
     def run(self, command: Sequence[str], *, tree: Mapping[str, str] | None = None,
             base: str | os.PathLike[str] | None = None, read_back: Sequence[str] = (),
-            timeout: float | None = None, env: Mapping[str, str] | None = None) -> SandboxRun:
+            timeout: float | None = None, env: Mapping[str, str] | None = None,
+            channel: bool = False) -> SandboxRun:
         """Run ``command`` in a fresh root holding ``base`` and ``tree``; return how it went.
 
         The root is removed afterwards, whatever happened. ``stdout``/``stderr`` go to
-        files (never pipes), so a command that prints a lot cannot block.
+        files (never pipes), so a command that prints a lot cannot block. Where the platform
+        has them (`protections` says), the files of ``work/`` are not the command's to
+        change: it may add files there (a read-back file, say) but not change, rename or
+        remove those it was given.
 
         Args:
             command: the program and its arguments, e.g. ``[sys.executable, "-m", "pytest"]``.
             tree: files to write into ``work/`` (relative POSIX path -> text), over ``base``.
             base: a directory copied into ``work/`` first (without ``.git``, ``__pycache__``,
                 ``.pytest_cache``, ``*.pyc``, virtualenvs and ``node_modules``).
-            read_back: files (relative to ``work/``) to return in `SandboxRun.files`.
+            read_back: files (relative to ``work/``) to return in `SandboxRun.files`. Run
+                by a user other than root, a command can write them only inside a folder
+                (``out/result.json``), since ``work/`` itself is read-only then.
             timeout: this run's wall-clock limit in seconds (None: the sandbox's).
             env: extra environment variables for this run only, over the sandbox's own
                 ``env`` (checked the same way: no secrets, nothing that moves HOME or TMPDIR).
+            channel: give the command a results descriptor it can only write to
+                (``AGENTDESCENT_CHANNEL_FD``) and a nonce to read once from another
+                (``AGENTDESCENT_NONCE_FD``); what it wrote comes back as
+                `SandboxRun.channel`, with `SandboxRun.nonce`. `agentdescent.code.TestSuite`'s
+                runner reports on it.
 
         Raises:
             InvalidArgument: an empty command, a bad ``tree`` or ``read_back`` path (absolute,
@@ -315,13 +348,16 @@ class Sandbox:
         extra = _check_env(env)
         limit = check_seconds(timeout, "timeout", positive=True, optional=True, owner="Sandbox.run")
         limit = self.timeout if limit is None else limit
+        channel = check_bool(channel, "channel", owner="Sandbox.run")
         here = _platform()
         if not here.posix:
             raise SandboxUnavailable(f"Sandbox.run needs a POSIX system (Linux or macOS), not {here.system}")
         if self.require_isolation:
             self._require(here)
-        root = os.path.realpath(tempfile.mkdtemp(prefix=_PREFIX))
+        _sweep_once(here)
+        root = os.path.realpath(tempfile.mkdtemp(prefix=_owner_prefix()))
         live = _Live.start(self, root)
+        groups: list[str] = []
         try:
             work = os.path.join(root, "work")
             for name in ("home", "tmp"):
@@ -331,11 +367,16 @@ class Sandbox:
             else:
                 shutil.copytree(base_dir, work, symlinks=True, ignore=_ignore)
             _write_tree(work, files)
-            config, variables = self._setup(here, root, limit)
+            writable = _folders_of(work, wanted.values()) if here.ns and not here.identity else []
+            config, variables = self._setup(here, root, limit, writable)
+            groups = list(config.get("cgroup", {}).get("dirs", ()))
+            if "identity" in config:
+                _hand_over(root, work)
             variables.update(extra)
-            return self._execute(argv, root, work, config, variables, limit, wanted, live)
+            return self._execute(argv, root, work, config, variables, limit, wanted, live, channel)
         finally:
-            shutil.rmtree(root, ignore_errors=True)
+            _remove_tree(root)
+            _remove_groups(groups, self.grace)
             live.forget()  # after: `_stop_runs` waits for this removal, not races it
 
     def stop(self) -> int:
@@ -351,23 +392,37 @@ class Sandbox:
         """
         return _stop_runs(lambda live: live.sandbox is self)
 
-    def _setup(self, here: _Platform, root: str, limit: float) -> tuple[dict, dict[str, str]]:
+    def _setup(self, here: _Platform, root: str, limit: float, writable: list[str]) -> tuple[dict, dict[str, str]]:
         """The launcher's config and the command's environment for one run."""
         wanted = {"AS": None if self.memory_mb is None else self.memory_mb * 1024 * 1024,
                   "CPU": math.ceil(self._cpu(limit)), "FSIZE": None if self.file_mb is None else self.file_mb * 1024 * 1024,
                   "CORE": 0}
-        config: dict = {"rlimits": {k: v for k, v in wanted.items() if v is not None and k in here.rlimits}}
+        config: dict = {"rlimits": {k: v for k, v in wanted.items() if v is not None and k in here.rlimits},
+                        "parent": os.getpid()}
         if not self.network:
             config["net"] = here.net or ("landlock" if here.landlock_abi >= 4 else None)
+        if here.ns:
+            uid, gid = here.identity or (os.getuid(), os.getgid())
+            config["ns"] = {"root": root, "uid": uid, "gid": gid, "userns": here.ns == "userns",
+                            "hide": _hidden_folders(), "keep": _kept_folders(), "tmp_mb": self.disk_mb or 1024,
+                            "shm": (self.memory_mb or 1024) if here.shm or here.ns else None,
+                            "work_readonly": here.identity is None, "writable": writable}
+            if here.identity:
+                config["identity"] = {"uid": uid, "gid": gid}
+            if here.cgroup and (self.memory_mb or self.max_processes):
+                name = os.path.basename(root)
+                config["cgroup"] = {"dirs": [os.path.join(b, "agentdescent", name) for b in here.cgroup],
+                                    "memory": None if self.memory_mb is None else self.memory_mb * 1024 * 1024,
+                                    "pids": self.max_processes}
         if here.landlock_abi:
-            if here.shm:  # POSIX semaphores (multiprocessing) need a writable /dev/shm
+            if here.shm and not here.ns:  # POSIX semaphores (multiprocessing) need a writable /dev/shm
                 config["shm"] = self.memory_mb or 1024
             config["landlock"] = {"abi": here.landlock_abi, "root": root, "prefix": _PREFIX,
                                   "net": config.get("net") == "landlock",
-                                  "writable": ["/dev/shm"] if here.shm else []}
-            config["drop_caps"] = here.caps
-        elif here.nobody:
+                                  "writable": ["/dev/shm"] if here.shm or here.ns else []}
+        elif here.nobody and not here.ns:
             config["user"] = {"uid": here.nobody[0], "gid": here.nobody[1], "root": root}
+        config["drop_caps"] = here.caps
         env = scrubbed_environment(os.path.join(root, "home"), os.path.join(root, "tmp"))
         env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1",
                     "PYTHONUNBUFFERED": "1"})
@@ -377,14 +432,24 @@ class Sandbox:
         return config, env
 
     def _execute(self, argv: list[str], root: str, work: str, config: dict, env: dict[str, str],
-                 limit: float, wanted: dict[str, str], live: _Live) -> SandboxRun:
+                 limit: float, wanted: dict[str, str], live: _Live, channel: bool) -> SandboxRun:
         # Output is read back through these descriptors, never by path: the command may
         # replace the files with links (to the engine's /proc entry, say).
-        with open(os.path.join(root, "stdout"), "w+b") as out, open(os.path.join(root, "stderr"), "w+b") as err:
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(open(os.path.join(root, "stdout"), "w+b"))
+            err = stack.enter_context(open(os.path.join(root, "stderr"), "w+b"))
+            passed: tuple[int, ...] = ()
+            nonce = reader = None
+            if channel:
+                nonce, reader, passed = _open_channel(root, env)
+                stack.enter_context(reader)
             start = time.monotonic()
-            proc = subprocess.Popen([sys.executable, "-I", _JAIL, json.dumps(config), "--", *argv],
-                                    cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True)
+            try:
+                proc = subprocess.Popen([sys.executable, "-I", _JAIL, json.dumps(config), "--", *argv],
+                                        cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        start_new_session=True, pass_fds=passed)
+            finally:
+                _close_all(passed)  # the command holds its copies; the engine needs none
             timed_out = False
             try:
                 live.started(proc)
@@ -396,6 +461,9 @@ class Sandbox:
                     proc.wait(timeout=self.grace if timed_out else None)
             seconds = time.monotonic() - start
             stdout, stderr = _clip_file(out, self.max_output_chars), _clip_file(err, self.max_output_chars)
+            written = None
+            if reader is not None:
+                written = reader.read(_READ_BACK_BYTES).decode("utf-8", errors="replace")
         code = None if timed_out else proc.returncode
         ended_by = signal.SIGKILL if timed_out else (-code if code is not None and code < 0 else None)
         return SandboxRun(
@@ -403,7 +471,8 @@ class Sandbox:
             stdout=stdout, stderr=stderr,
             files=_read_back(work, wanted), signal=int(ended_by) if ended_by is not None else None,
             limits={"timeout": limit, "grace": self.grace, "memory_mb": self.memory_mb,
-                    "cpu_seconds": self._cpu(limit), "file_mb": self.file_mb})
+                    "cpu_seconds": self._cpu(limit), "file_mb": self.file_mb},
+            channel=written, nonce=nonce)
 
     def _cpu(self, limit: float) -> float:
         """The CPU-time limit of a run whose wall-clock limit is ``limit``."""
@@ -456,7 +525,7 @@ def _stop_runs(which: Any) -> int:
                 _kill_group(live.proc.pid)
     for live in runs:
         live.done.wait(live.sandbox.grace)
-        shutil.rmtree(live.root, ignore_errors=True)  # what its thread, stuck or frozen, did not remove
+        _remove_tree(live.root)  # what its thread, stuck or frozen, did not remove
     return len(runs)
 
 
@@ -469,6 +538,244 @@ def _forget_parents_runs() -> None:
 atexit.register(_stop_runs, lambda live: True)  # a run left on a daemon thread ends with the process
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parents_runs)
+
+
+# --------------------------------------------------------------------------- roots and groups
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _start_time(pid: int) -> str:
+    """A process's start time (clock ticks since boot, from /proc), or "0" where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "0"
+
+
+def _owner_prefix() -> str:
+    """The name a root starts with: the prefix, then its owner's process id and start time."""
+    return f"{_PREFIX}{os.getpid()}-{_start_time(os.getpid())}-"
+
+
+def _owner_alive(name: str) -> bool:
+    """Is the process that made the root or group ``name`` still running? (Unknown names: yes.)"""
+    parts = name[len(_PREFIX):].split("-")
+    if len(parts) < 3 or not parts[0].isdigit():
+        return True  # not named by this version: not ours to judge
+    pid, started = int(parts[0]), parts[1]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return started in ("0", _start_time(pid)) or _start_time(pid) == "0"
+
+
+_swept = threading.Event()
+
+
+def _sweep_once(here: _Platform) -> None:
+    """Once per process: remove the roots and control groups of sandboxes whose owner is dead.
+
+    A driver killed with SIGKILL takes its commands along (parent-death signal, PID
+    namespace) but cannot remove their roots; the next process to run a sandbox does.
+    """
+    if _swept.is_set():
+        return
+    _swept.set()
+    folders = [tempfile.gettempdir()] + [os.path.join(base, "agentdescent") for base in here.cgroup]
+    for folder in folders:
+        try:
+            names = [n for n in os.listdir(folder) if n.startswith(_PREFIX)]
+        except OSError:
+            continue
+        for name in names:
+            if not _owner_alive(name):
+                path = os.path.join(folder, name)
+                if folder in folders[1:]:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(path)
+                else:
+                    _remove_tree(path)
+
+
+def _remove_groups(groups: list[str], grace: float) -> None:
+    """Remove a run's control groups, waiting up to ``grace`` for its last processes to be gone."""
+    deadline = time.monotonic() + max(grace, 0.5)
+    for group in groups:
+        while True:
+            try:
+                os.rmdir(group)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # still busy with a dying process
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a folder and everything in it, at any depth, following no link, never raising.
+
+    No recursion (a command may leave folders nested thousands deep): folders are walked
+    with a stack of descriptors, and a folder deeper than 64 is first moved up to the top,
+    so neither the stack nor the open descriptors grow with the depth. Folders the command
+    made unreadable are given back their owner's rights first.
+    """
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    stack: list[tuple[int, str]] = [(top, "")]  # (descriptor, its name in the folder above)
+    moved = 0
+    try:
+        while stack:
+            fd, _ = stack[-1]
+            descend = None
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            descend = descend or entry.name
+                        else:
+                            with contextlib.suppress(OSError):
+                                os.unlink(entry.name, dir_fd=fd)
+            except OSError:
+                pass
+            if descend is not None and len(stack) > 64:  # move it up: the depth never grows
+                moved += 1
+                try:
+                    os.rename(descend, f".deep-{moved}", src_dir_fd=fd, dst_dir_fd=top)
+                    continue
+                except OSError:
+                    pass
+            if descend is not None:
+                with contextlib.suppress(OSError):
+                    os.chmod(descend, stat.S_IRWXU, dir_fd=fd, follow_symlinks=False)
+                try:
+                    stack.append((os.open(descend, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd), descend))
+                    continue
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(descend, dir_fd=fd)
+                    with contextlib.suppress(OSError):
+                        os.unlink(descend, dir_fd=fd)
+                    if os.path.lexists(f"/proc/self/fd/{fd}/{descend}"):
+                        break  # cannot be removed: give up rather than loop
+                    continue
+            done, name = stack.pop()
+            os.close(done)
+            if stack:
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=stack[-1][0])
+    finally:
+        for fd, _ in stack:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
+def _folders_of(work: str, paths: Any) -> list[str]:
+    """The folders (below ``work``) the read-back files go in, made now, so they can be bound writable."""
+    folders = []
+    for rel in paths:
+        parent = os.path.dirname(rel)
+        if parent:
+            folder = os.path.join(work, parent)
+            with contextlib.suppress(OSError):
+                os.makedirs(folder, exist_ok=True)
+            folders.append(folder)
+    return sorted(set(folders))
+
+
+def _hand_over(root: str, work: str) -> None:
+    """Ready a root for an unprivileged command: the root passable, ``work/`` root's but open to add to.
+
+    Every folder of ``work/`` gets mode 1777 (anyone may add a file; the sticky bit lets no
+    one but a file's owner rename or remove it) and every file is root's and readable, so
+    the command can add files but not change, rename or remove any it was given.
+    """
+    os.chmod(root, 0o711)
+    for folder, _, files in os.walk(work):
+        os.chmod(folder, 0o1777)
+        for name in files:
+            path = os.path.join(folder, name)
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                if stat.S_ISREG(mode):
+                    os.chmod(path, 0o755 if mode & stat.S_IXUSR else 0o644)
+
+
+_HOMES = ("/root", "/home")
+
+
+def _hidden_folders() -> list[str]:
+    """What a run's mount namespace covers with an empty tmpfs: shared scratch, sockets, homes."""
+    found = ["/tmp", "/var/tmp", "/run", "/dev/mqueue", *_HOMES]
+    for extra in (os.environ.get("HOME"), tempfile.gettempdir()):
+        if extra and os.path.isabs(extra):
+            real = os.path.realpath(extra)
+            if real != "/" and not any(_inside(real, f) for f in found):
+                found.append(real)
+    return found
+
+
+def _kept_folders() -> list[str]:
+    """What the command needs from under the hidden folders: the interpreter, its packages, PATH.
+
+    A folder is kept only if it holds no hidden folder (keeping ``/root`` itself would
+    undo the hiding); the launcher binds back only those under a hidden one.
+    """
+    hidden = _hidden_folders()
+    here = os.path.dirname(os.path.abspath(__file__))
+    wanted = [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)),
+              sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, here,
+              *[p for p in sys.path if p and os.path.isabs(p)],
+              *[p for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)]]
+    kept = []
+    for path in wanted:
+        for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+            if os.path.isdir(candidate) and not any(_inside(h, candidate) for h in hidden):
+                kept.append(candidate)
+    return list(dict.fromkeys(kept))
+
+
+def _open_channel(root: str, env: dict[str, str]) -> tuple[str, BinaryIO, tuple[int, int]]:
+    """A run's results channel: (its nonce, the engine's reader, the two descriptors to pass).
+
+    The command gets a write-only, append-only descriptor on a file in a folder of the
+    root it cannot open (``AGENTDESCENT_CHANNEL_FD``), and the read end of a pipe holding
+    the nonce (``AGENTDESCENT_NONCE_FD``). The engine reads the file back through a
+    descriptor of its own, so a command that replaces the file changes nothing.
+    """
+    nonce = secrets.token_hex(16)
+    folder = os.path.join(root, "channel")
+    os.mkdir(folder, 0o700)
+    path = os.path.join(folder, "results")
+    write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
+    reader = open(path, "rb")  # noqa: SIM115 - closed by the caller's exit stack
+    nonce_read, nonce_write = os.pipe()
+    os.write(nonce_write, f"{nonce}\n".encode())
+    os.close(nonce_write)
+    env["AGENTDESCENT_CHANNEL_FD"], env["AGENTDESCENT_NONCE_FD"] = str(write_fd), str(nonce_read)
+    return nonce, reader, (write_fd, nonce_read)
+
+
+def _close_all(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 # --------------------------------------------------------------------------- process helpers
