@@ -538,7 +538,8 @@ def test_without_landlock_root_drops_to_nobody(tmp_path: Path, monkeypatch: pyte
     if os.geteuid() != 0:
         pytest.skip("only root can drop to another user")
     real = sandbox_module._platform()
-    weak = dataclasses.replace(real, landlock_abi=0, caps=False, nobody=(nobody.pw_uid, nobody.pw_gid))
+    weak = dataclasses.replace(real, landlock_abi=0, caps=False, nobody=(nobody.pw_uid, nobody.pw_gid),
+                               ns=None, identity=None)  # neither Landlock nor namespaces: the old fallback
     monkeypatch.setattr(sandbox_module, "_platform", lambda: weak)
     box = Sandbox(timeout=20)
     assert "nobody" in box.protections["filesystem"]
