@@ -806,12 +806,33 @@ def _kept_folders() -> list[str]:
               sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, here,
               *[p for p in sys.path if p and os.path.isabs(p)],
               *[p for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)]]
+    for entry in list(wanted):
+        managed = _version_manager(entry, hidden)
+        if managed:
+            wanted.append(managed)
     kept = []
     for path in wanted:
         for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
             if os.path.isdir(candidate) and not any(_inside(h, candidate) for h in hidden):
                 kept.append(candidate)
     return list(dict.fromkeys(kept))
+
+
+def _version_manager(path: str, hidden: list[str]) -> str | None:
+    """The root of the version manager (pyenv, rbenv...) whose ``shims`` folder ``path`` is, if any.
+
+    A shim is a script that runs the manager from its root (``libexec/``), so the shim's
+    folder alone is not enough: the manager's root is kept whole (it holds installations,
+    not secrets).
+    """
+    if os.path.basename(path.rstrip("/")) != "shims":
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    while folder not in ("/", "") and not any(folder == h for h in hidden):
+        if os.path.isdir(os.path.join(folder, "libexec")):
+            return folder
+        folder = os.path.dirname(folder)
+    return None
 
 
 def _open_channel(root: str, env: dict[str, str]) -> tuple[str, BinaryIO, tuple[int, int]]:
