@@ -305,6 +305,7 @@ def join_cgroup(spec: dict) -> None:
     memory, pids = spec.get("memory"), spec.get("pids")
     for folder in spec["dirs"]:
         try:
+            _enable_controllers(os.path.dirname(folder))
             os.makedirs(folder, mode=0o755, exist_ok=True)
             wrote = False
             for name, value in (("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory),
@@ -321,6 +322,22 @@ def join_cgroup(spec: dict) -> None:
                 handle.write(str(os.getpid()))
         except OSError as exc:
             raise Refused(f"cannot join the control group {folder!r}: {exc.strerror or exc}") from None
+
+
+def _enable_controllers(parent: str) -> None:
+    """cgroup v2: let the groups made under ``parent`` have memory and pids limits (v1: nothing to do).
+
+    A v2 group offers a controller's files only if its parent enables it for its children,
+    and the parent's parent for it; the sandboxes' common folder is made and enabled here.
+    """
+    top = os.path.dirname(parent)
+    if not os.path.exists(os.path.join(top, "cgroup.controllers")):
+        return
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    for folder in (top, parent):
+        for controller in ("memory", "pids"):
+            with contextlib.suppress(OSError), open(os.path.join(folder, "cgroup.subtree_control"), "w") as handle:
+                handle.write(f"+{controller}")
 
 
 # --------------------------------------------------------------------------- namespaces and mounts
@@ -742,6 +759,7 @@ def _probe_cgroups() -> list[str]:
     for base in bases:
         folder = os.path.join(base, "agentdescent", f"probe-{os.getpid()}")
         try:
+            _enable_controllers(os.path.dirname(folder))
             os.makedirs(folder, mode=0o755, exist_ok=True)
             try:
                 names = [n for n in ("memory.limit_in_bytes", "memory.max", "pids.max")
