@@ -4,16 +4,20 @@
 ``python -I _jail.py CONFIG -- COMMAND...``, in a new session. A fresh interpreter has
 no other threads, so it may change process-wide state (``unshare``, Landlock, user ids,
 resource limits) that must never be touched in the engine's own process. It applies what
-the JSON ``CONFIG`` asks for, in this order: the Python guard, a private /dev/shm, the
-network namespace, dropping to another user, Landlock, dropping capabilities, resource
-limits; then it ``exec``s the command, which keeps this process's id and process group. ``python -I _jail.py --probe``
-prints, as JSON, which of those steps work on this machine (the probe runs in a
-throwaway process, since the steps cannot be undone).
+the JSON ``CONFIG`` asks for, in this order: a parent-death signal, the Python guard, a
+control group, then either mount and PID namespaces (with the network's, as asked: its
+sibling `_jail_ns` forks process 1 of the new PID namespace, which sets up the mounts and
+forks the command) or the older route (a private /dev/shm, the network namespace); in
+the process that becomes the command: dropping capabilities, becoming the unprivileged
+user, Landlock, resource limits; then it ``exec``s the command. ``python -I _jail.py
+--probe`` prints, as JSON, which of those steps work on this machine (the probe runs in
+a throwaway process, since the steps cannot be undone).
 
 It owns the system calls and nothing else: the decision of *what* to apply is the
-parent's. It must not import anything from agentdescent (it runs outside the package, by
-path), must not run the command when a step the config asks for fails (it prints one line,
-``agentdescent sandbox: ...``, to stderr and exits 126), and must not start threads.
+parent's. It must not import anything from agentdescent but its siblings `_jail_sys`
+and `_jail_ns` (it runs outside the package, by path), must not run the command when a
+step the config asks for fails (it prints one line, ``agentdescent sandbox: ...``, to
+stderr and exits 126), and must not start threads.
 """
 
 from __future__ import annotations
@@ -25,6 +29,44 @@ import os
 import platform
 import stat
 import sys
+
+try:  # imported as part of agentdescent.code (tests, docs)
+    from . import _jail_ns as namespaces
+    from ._jail_sys import (
+        _CLONE_NEWNET,
+        _CLONE_NEWNS,
+        _CLONE_NEWPID,
+        _CLONE_NEWUSER,
+        _MS_NODEV,
+        _MS_NOSUID,
+        _MS_PRIVATE,
+        _MS_REC,
+        Refused,
+        _fail,
+        _libc,
+        _loopback_up,
+        _unshare,
+    )
+except ImportError:  # run by path as the launcher: its siblings sit beside it, ahead of anything else
+    _HERE = os.path.dirname(os.path.realpath(__file__))
+    if _HERE not in sys.path:
+        sys.path.insert(0, _HERE)
+    import _jail_ns as namespaces  # type: ignore[no-redef]
+    from _jail_sys import (  # type: ignore[no-redef]
+        _CLONE_NEWNET,
+        _CLONE_NEWNS,
+        _CLONE_NEWPID,
+        _CLONE_NEWUSER,
+        _MS_NODEV,
+        _MS_NOSUID,
+        _MS_PRIVATE,
+        _MS_REC,
+        Refused,
+        _fail,
+        _libc,
+        _loopback_up,
+        _unshare,
+    )
 
 try:
     import resource
@@ -39,15 +81,6 @@ _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-_PR_SET_PDEATHSIG = 1
-_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x40000000, 0x20000000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
-_MS_NOATIME, _MS_NODIRATIME, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x400, 0x800, 0x1000, 0x4000, 0x40000
-_MS_RELATIME, _MS_STRICTATIME = 1 << 21, 1 << 24
-# A mount's flags as /proc/self/mountinfo spells them: a read-only remount must keep them
-# (inside a user namespace the locked ones may not be dropped).
-_KEPT_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC, "noatime": _MS_NOATIME,
-               "nodiratime": _MS_NODIRATIME, "relatime": _MS_RELATIME, "strictatime": _MS_STRICTATIME}
 
 # Filesystem rights, with the ABI that introduced each.
 _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
@@ -66,10 +99,6 @@ _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 _UNREADABLE = ("proc", "sys")
 
 
-class Refused(Exception):
-    """A step the config asks for failed: the command must not run."""
-
-
 class _RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
                 ("scoped", ctypes.c_uint64)]
@@ -78,17 +107,6 @@ class _RulesetAttr(ctypes.Structure):
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return libc
-
-
-def _fail(what: str) -> Refused:
-    err = ctypes.get_errno()
-    return Refused(f"{what}: {os.strerror(err)} (errno {err})")
 
 
 # --------------------------------------------------------------------------- Landlock
@@ -212,10 +230,6 @@ def apply_landlock(spec: dict) -> None:
 # --------------------------------------------------------------------------- the network
 
 
-def _unshare(libc: ctypes.CDLL, flags: int) -> bool:
-    return libc.unshare(ctypes.c_int(flags)) == 0
-
-
 def isolate_network(how: str) -> None:
     """Move this process into a network namespace of its own (``how``: netns or userns).
 
@@ -240,21 +254,6 @@ def isolate_network(how: str) -> None:
     _loopback_up()
 
 
-def _loopback_up() -> None:
-    import fcntl  # only here: the probe also runs where fcntl's ioctls mean nothing
-    import socket
-    import struct
-
-    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            reply = fcntl.ioctl(sock, siocgifflags, struct.pack("16sh22x", b"lo", 0))
-            flags = struct.unpack("16sh", reply[:18])[1]
-            fcntl.ioctl(sock, siocsifflags, struct.pack("16sh22x", b"lo", flags | iff_up))
-    except OSError:
-        pass  # without loopback the command just cannot talk to itself over TCP
-
-
 def private_shm(size_mb: int) -> None:
     """Give the command a /dev/shm of its own: a fresh tmpfs in a mount namespace of its own.
 
@@ -271,251 +270,6 @@ def private_shm(size_mb: int) -> None:
     options = f"size={int(size_mb)}m,mode=1777".encode()
     if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), options) != 0:
         raise _fail("cannot mount a private /dev/shm")
-
-
-# --------------------------------------------------------------------------- the engine's death
-
-
-def tie_to_parent(parent: int) -> None:
-    """Die (SIGKILL) when the process that started this one dies; refuse if it is already gone.
-
-    The parent-death signal survives ``exec``, so the command itself dies with its launcher,
-    and the launcher with the engine: a driver killed with SIGKILL takes its sandboxes along.
-    """
-    libc = _libc()
-    if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(9), ctypes.c_ulong(0),
-                  ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
-        raise _fail("prctl(PR_SET_PDEATHSIG) failed")
-    if parent and os.getppid() != parent:
-        raise Refused("the engine that started this sandbox is gone")
-
-
-# --------------------------------------------------------------------------- a control group
-
-
-def join_cgroup(spec: dict) -> None:
-    """Make a control group per controller folder in ``spec["dirs"]``, set its limits, move in.
-
-    ``spec``: ``dirs`` (the group's folders, one per hierarchy: cgroup v1 has one per
-    controller, v2 one for all), ``memory`` (bytes for the whole sandbox, swap included
-    where the kernel counts it) and ``pids`` (the most processes and threads at once).
-    Every process the command starts is in the group, so the limits are the sandbox's, not
-    each process's; the engine removes the folders after the run.
-    """
-    memory, pids = spec.get("memory"), spec.get("pids")
-    for folder in spec["dirs"]:
-        try:
-            _enable_controllers(os.path.dirname(folder))
-            os.makedirs(folder, mode=0o755, exist_ok=True)
-            wrote = False
-            for name, value in (("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory),
-                                ("memory.max", memory), ("memory.swap.max", 0 if memory else None),
-                                ("pids.max", pids)):
-                path = os.path.join(folder, name)
-                if value is not None and os.path.exists(path):
-                    with open(path, "w") as handle:
-                        handle.write(str(int(value)))
-                    wrote = True
-            if not wrote:
-                raise Refused(f"the control group {folder!r} offers none of the limits asked for")
-            with open(os.path.join(folder, "cgroup.procs"), "w") as handle:
-                handle.write(str(os.getpid()))
-        except OSError as exc:
-            raise Refused(f"cannot join the control group {folder!r}: {exc.strerror or exc}") from None
-
-
-def _enable_controllers(parent: str) -> None:
-    """cgroup v2: let the groups made under ``parent`` have memory and pids limits (v1: nothing to do).
-
-    A v2 group offers a controller's files only if its parent enables it for its children,
-    and the parent's parent for it; the sandboxes' common folder is made and enabled here.
-    """
-    top = os.path.dirname(parent)
-    if not os.path.exists(os.path.join(top, "cgroup.controllers")):
-        return
-    os.makedirs(parent, mode=0o755, exist_ok=True)
-    for folder in (top, parent):
-        for controller in ("memory", "pids"):
-            with contextlib.suppress(OSError), open(os.path.join(folder, "cgroup.subtree_control"), "w") as handle:
-                handle.write(f"+{controller}")
-
-
-# --------------------------------------------------------------------------- namespaces and mounts
-
-
-def _mount(libc: ctypes.CDLL, source: str | None, target: str, fstype: str | None, flags: int,
-           options: str | None = None) -> None:
-    done = libc.mount(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
-                      ctypes.c_ulong(flags), options.encode() if options else None)
-    if done != 0:
-        raise _fail(f"mount of {target!r} failed")
-
-
-def _mount_points() -> list[tuple[str, int]]:
-    """Each mount point of this namespace (deepest last) with the flags a remount must keep."""
-    found = []
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            fields = line.split()
-            target = fields[4].encode().decode("unicode_escape")  # \\040 for a space...
-            flags = 0
-            for option in fields[5].split(","):
-                flags |= _KEPT_FLAGS.get(option, 0)
-            found.append((target, flags))
-    return found
-
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def set_up_mounts(spec: dict) -> None:
-    """Give the command a view of the filesystem it can change nothing in but its own scratch.
-
-    In this process's own mount namespace (made private first, so nothing propagates back):
-    ``hide`` folders (/tmp, /run, the homes...) are covered by empty tmpfs, and what the
-    command needs from under them (``keep``: the interpreter, the sandbox root) is bound
-    back; /sys is hidden, /proc is mounted fresh (only this PID namespace's processes);
-    /dev/shm and the root's ``tmp/`` are fresh, size-limited tmpfs (``tmp_mb``; HOME lives
-    in it too); then every mount but those, /proc and /dev is made read-only — so no file
-    outside, the sandbox's own ``work/`` included, can be written, renamed, chmod-ed,
-    touched or given an attribute. ``work/`` is bound back writable; with ``work_readonly``
-    (the command is the files' owner, so their modes cannot protect them) it is read-only
-    too, but for the ``writable`` folders (where a command's read-back files go). Run as
-    root, the engine gave ``work/``'s files to root and its folders the sticky bit instead,
-    so the unprivileged command may add files but not change those it was given.
-    """
-    libc = _libc()
-    root, uid, gid = spec["root"], int(spec["uid"]), int(spec["gid"])
-    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
-    keep = [p for p in dict.fromkeys([root, *spec.get("keep", ())]) if os.path.isdir(p)]
-    held = {path: os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for path in keep}
-    try:
-        hidden = [h for h in dict.fromkeys(spec.get("hide", ())) if os.path.isdir(h) and not os.path.islink(h)]
-        for folder in sorted(hidden, key=len):
-            if any(_under(folder, other) for other in hidden if other != folder):
-                continue  # already under a hidden folder
-            _mount(libc, "tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
-        bound: list[str] = []
-        for path, fd in sorted(held.items(), key=lambda item: len(item[0])):
-            if any(_under(path, b) for b in bound):
-                continue  # inside a folder bound back already
-            if any(_under(path, h) for h in hidden):
-                bound.append(path)
-                os.makedirs(path, mode=0o755, exist_ok=True)
-                _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
-    finally:
-        for fd in held.values():
-            os.close(fd)
-    if os.path.isdir("/sys"):
-        _mount(libc, "tmpfs", "/sys", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=0555")
-    _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    if spec.get("shm") and os.path.isdir("/dev/shm"):
-        _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
-               f"size={int(spec['shm'])}m,mode=1777")
-    scratch, home = os.path.join(root, "tmp"), os.path.join(root, "home")
-    _mount(libc, "tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV,
-           f"size={int(spec['tmp_mb'])}m,mode=0700,uid={uid},gid={gid}")
-    inner_home = os.path.join(scratch, ".home")
-    os.mkdir(inner_home, 0o700)
-    os.chown(inner_home, uid, gid)
-    _mount(libc, inner_home, home, None, _MS_BIND)
-    work = os.path.join(root, "work")
-    folders = [f for f in spec.get("writable", ()) if os.path.isdir(f) and not os.path.islink(f)]
-    readonly = bool(spec.get("work_readonly"))
-    _mount(libc, work, work, None, _MS_BIND)  # a mount of its own, before the rest turns read-only
-    for folder in folders if readonly else ():
-        _mount(libc, folder, folder, None, _MS_BIND)
-    writable = {scratch, home, "/dev/shm", work, *(folders if readonly else ())}
-    for target, flags in _mount_points():
-        if target in writable or _under(target, "/proc") or _under(target, "/dev"):
-            continue
-        if libc.mount(None, target.encode(), None,
-                      ctypes.c_ulong(_MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags), None) != 0:
-            err = ctypes.get_errno()
-            if target == "/" or _under(root, target):
-                raise Refused(f"cannot make {target!r} read-only: {os.strerror(err)} (errno {err})")
-    if readonly:  # the same user as the files: only a read-only mount protects them
-        _mount(libc, None, work, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-    os.chdir(os.getcwd())  # the working folder was taken before the mounts: take it again, through them
-
-
-def enter_namespaces(flags: int, userns: bool) -> None:
-    """unshare(2) into new namespaces; with ``userns``, a user namespace mapping this user to itself."""
-    libc = _libc()
-    uid, gid = os.getuid(), os.getgid()
-    if userns:
-        flags |= _CLONE_NEWUSER
-    if not _unshare(libc, flags):
-        raise _fail(f"unshare({flags:#x}) failed")
-    if userns:
-        try:
-            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                               ("gid_map", f"{gid} {gid} 1")):
-                with open(f"/proc/self/{name}", "w") as handle:
-                    handle.write(text)
-        except OSError as exc:
-            raise Refused(f"cannot map the user ids of the new user namespace: {exc}") from None
-
-
-def _report(status_fd: int, status: int) -> None:
-    with contextlib.suppress(OSError):
-        os.write(status_fd, f"{status}\n".encode())
-
-
-def run_as_init(config: dict, command: list[str]) -> int:
-    """Be the launcher of a PID namespace: fork its init, wait, and end as the command ended.
-
-    After ``unshare(CLONE_NEWPID)`` the next child is process 1 of the new namespace: it
-    sets up the mounts, forks the command and reaps every orphan until the command ends.
-    When it exits the kernel kills everything left in the namespace (a ``setsid`` daemon,
-    a spinner), so nothing the command started outlives it. The command's wait status
-    comes back on a pipe, and this process ends the same way (exit code, or the signal).
-    """
-    ns = config["ns"]
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # process 1 of the new PID namespace
-        os.close(read_end)
-        code = 126
-        try:
-            tie_to_parent(0)
-            set_up_mounts(ns)
-            if config.get("net") in ("netns", "userns"):
-                _loopback_up()
-            pid = os.fork()
-            if pid == 0:
-                os.close(write_end)
-                os._exit(_become_command(config, command))
-            while True:
-                try:
-                    done, status = os.wait()
-                except ChildProcessError:
-                    break
-                if done == pid:
-                    _report(write_end, status)
-                    code = 0
-                    break
-        except Refused as exc:
-            sys.stderr.write(f"agentdescent sandbox: {exc}\n")
-        except OSError as exc:
-            sys.stderr.write(f"agentdescent sandbox: setting up the sandbox failed: {exc}\n")
-        os._exit(code)  # the namespace's other processes are killed as this one ends
-    os.close(write_end)
-    _, status = os.waitpid(child, 0)
-    reported = b""
-    while chunk := os.read(read_end, 64):
-        reported += chunk
-    os.close(read_end)
-    if not reported.strip():
-        return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 126
-    code = os.waitstatus_to_exitcode(int(reported))
-    if code < 0:  # killed by a signal: end the same way, so the engine sees it
-        import signal
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-        return 128 - code
-    return code
 
 
 # --------------------------------------------------------------------------- users and limits
@@ -613,8 +367,10 @@ def install_guard(spec: dict) -> None:
     folder = os.path.join(spec["root"], "guard")
     try:
         os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "sitecustomize.py"), "w", encoding="utf-8") as handle:
-            handle.write(_GUARD)
+        with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "_jail_guard.py"),
+                  encoding="utf-8") as source, \
+                open(os.path.join(folder, "sitecustomize.py"), "w", encoding="utf-8") as handle:
+            handle.write(source.read())
     except OSError as exc:
         raise Refused(f"cannot write the Python guard: {exc}") from None
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH")) if p)
@@ -622,157 +378,7 @@ def install_guard(spec: dict) -> None:
     os.environ["AGENTDESCENT_SANDBOX_NETWORK"] = "1" if spec["network"] else ""
 
 
-# A sitecustomize.py that installs the audit hook, then runs the sitecustomize it shadows.
-# It reads its settings from two variables the launcher sets (children inherit them).
-_GUARD = r'''"""agentdescent sandbox guard: best-effort, for platforms without Landlock."""
-import os, socket, sys
-
-_ROOT = os.path.realpath(os.environ.get("AGENTDESCENT_SANDBOX_ROOT", "/nonexistent"))
-_NETWORK = os.environ.get("AGENTDESCENT_SANDBOX_NETWORK", "") == "1"
-_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_busy = []
-
-
-def _resolve(path, dir_fd=None):
-    if isinstance(path, int):
-        return None  # an open descriptor: checked when it was opened
-    path = os.fsdecode(path)
-    if dir_fd is not None and not os.path.isabs(path):
-        try:
-            folder = os.readlink(f"/proc/self/fd/{dir_fd}")
-        except OSError:
-            import fcntl
-            folder = fcntl.fcntl(dir_fd, getattr(fcntl, "F_GETPATH", 50), bytes(1024)).rstrip(b"\0").decode()
-        path = os.path.join(folder, path)
-    return os.path.realpath(path)
-
-
-def _check_write(path, dir_fd=None):
-    full = _resolve(path, dir_fd)
-    if full is None or full in _DEVICES or full == _ROOT or full.startswith(_ROOT + os.sep):
-        return
-    raise PermissionError(f"agentdescent sandbox: writing outside the sandbox is refused: {full}")
-
-
-def _check_read(path):
-    if isinstance(path, int):
-        return
-    for full in (os.path.normpath(os.path.abspath(os.fsdecode(path))), _resolve(path)):
-        parts = full.split(os.sep)
-        if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != os.getpid():
-            raise PermissionError(f"agentdescent sandbox: reading another process's /proc entry is refused: {full}")
-
-
-_PATH_EVENTS = {"os.remove": (0, 1), "os.rmdir": (0, 1), "os.mkdir": (0, 2), "os.chmod": (0, 2),
-                "os.chown": (0, 3), "os.utime": (0, 4), "os.truncate": (0, None),
-                "os.symlink": (1, 2), "os.link": (1, 3), "os.rename": (0, 2)}
-
-
-def _hook(event, args):
-    if _busy:
-        return
-    _busy.append(1)
-    try:
-        if event == "open":
-            path, mode, flags = args
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & _WRITE_FLAGS)
-            if writing:
-                _check_write(path)
-            else:
-                _check_read(path)
-        elif event in _PATH_EVENTS:
-            at, fd_at = _PATH_EVENTS[event]
-            dir_fd = args[fd_at] if fd_at is not None and len(args) > fd_at else None
-            _check_write(args[at], dir_fd if isinstance(dir_fd, int) else None)
-            if event == "os.rename":
-                _check_write(args[1], args[3] if isinstance(args[3], int) else None)
-        elif event in ("socket.connect", "socket.sendto") and not _NETWORK:
-            sock, address = args[0], args[-1]
-            if sock.family != getattr(socket, "AF_UNIX", None):
-                raise PermissionError(f"agentdescent sandbox: network=False refuses connecting to {address!r}")
-    finally:
-        _busy.pop()
-
-
-sys.addaudithook(_hook)
-
-
-def _chain():
-    import importlib.machinery, importlib.util
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is not None and spec.loader is not None:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-
-
-_chain()
-'''
-
-
 # --------------------------------------------------------------------------- the probe
-
-
-def _probe_namespaces() -> str | None:
-    """Whether a mount and PID namespace with fresh mounts can be had: "root", "userns" or None.
-
-    Tried in a forked child (the steps cannot be undone), exactly as a run would: unshare,
-    then a grandchild (process 1 of the new namespace) mounts a tmpfs and a fresh /proc.
-    """
-    userns = os.geteuid() != 0
-    child = os.fork()
-    if child == 0:
-        try:
-            enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID, userns=userns)
-            inner = os.fork()
-            if inner == 0:
-                try:
-                    libc = _libc()
-                    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
-                    _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m")
-                    _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-                    _mount(libc, None, "/tmp", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-                    os._exit(0 if os.getpid() == 1 else 1)
-                except (Refused, OSError):
-                    os._exit(1)
-            _, status = os.waitpid(inner, 0)
-            os._exit(0 if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else 1)
-        except (Refused, OSError):
-            os._exit(1)
-    _, status = os.waitpid(child, 0)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        return "userns" if userns else "root"
-    return None
-
-
-def _probe_cgroups() -> list[str]:
-    """The control-group folders a sandbox can make groups under (with memory or pids limits)."""
-    bases = []
-    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        bases.append("/sys/fs/cgroup")  # cgroup v2, one hierarchy
-    else:
-        bases += [f"/sys/fs/cgroup/{name}" for name in ("memory", "pids")]  # cgroup v1
-    working = []
-    for base in bases:
-        folder = os.path.join(base, "agentdescent", f"probe-{os.getpid()}")
-        try:
-            _enable_controllers(os.path.dirname(folder))
-            os.makedirs(folder, mode=0o755, exist_ok=True)
-            try:
-                names = [n for n in ("memory.limit_in_bytes", "memory.max", "pids.max")
-                         if os.path.exists(os.path.join(folder, n))]
-                if names:
-                    with open(os.path.join(folder, names[0]), "w") as handle:
-                        handle.write(str(1 << 30) if names[0].startswith("memory") else "64")
-                    working.append(base)
-            finally:
-                os.rmdir(folder)
-        except OSError:
-            continue
-    return working
 
 
 def probe() -> dict:
@@ -793,9 +399,9 @@ def probe() -> dict:
         return found
     libc = _libc()
     with contextlib.suppress(OSError):
-        found["ns"] = _probe_namespaces()
+        found["ns"] = namespaces.probe_namespaces()
     if found["euid"] == 0:
-        found["cgroup"] = _probe_cgroups()
+        found["cgroup"] = namespaces.probe_cgroups()
     try:  # first, while nothing else has changed: it needs privilege of its own
         if os.path.isdir("/dev/shm"):
             private_shm(16)
@@ -858,17 +464,17 @@ def main(argv: list[str]) -> int:
     config, command = json.loads(argv[1]), argv[3:]
     try:
         if config.get("parent"):
-            tie_to_parent(int(config["parent"]))
+            namespaces.tie_to_parent(int(config["parent"]))
         if config.get("guard"):
             install_guard(config["guard"])
         if config.get("cgroup"):
-            join_cgroup(config["cgroup"])
+            namespaces.join_cgroup(config["cgroup"])
         if config.get("ns"):
             net = config.get("net") in ("netns", "userns")
-            enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID | (_CLONE_NEWNET if net else 0),
+            namespaces.enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID | (_CLONE_NEWNET if net else 0),
                              userns=bool(config["ns"].get("userns")))
             if config.get("parent"):
-                tie_to_parent(int(config["parent"]))  # a new user namespace clears the setting
+                namespaces.tie_to_parent(int(config["parent"]))  # a new user namespace clears the setting
         else:
             if config.get("shm"):
                 private_shm(config["shm"])
@@ -878,7 +484,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"agentdescent sandbox: {exc}\n")
         return 126
     if config.get("ns"):
-        return run_as_init(config, command)
+        return namespaces.run_as_init(config, command, _become_command)
     return _become_command(config, command)
 
 

@@ -4,14 +4,18 @@ This module owns running one command on one state of a tree (`Sandbox.run`): a f
 temporary root per run (``work/``, the command's folder, plus ``home/`` and ``tmp/``),
 the environment the command sees (nothing of the engine's but ``PATH``, ``LANG``,
 ``LC_ALL`` and ``TZ``, so no API key), the wall-clock timeout that kills the whole process
-group, and the isolation the platform offers, applied in a fresh process by the launcher
-``agentdescent/code/_jail.py``: resource limits, a network namespace, a private /dev/shm,
-Landlock (writes only inside the root, /proc closed but for the command's own entry, no
-signal to the engine) and, as root, an empty capability set.
+group, an optional write-only results channel with a nonce, and the isolation the platform
+offers, applied in a fresh process by the launcher ``agentdescent/code/_jail.py``: mount
+and PID namespaces of its own (everything outside the root read-only, shared scratch and
+homes hidden, everything it starts ending with it), an unprivileged identity when the
+engine is root, a control group limiting the whole run, a network namespace, Landlock,
+an empty capability set, resource limits, and a parent-death signal.
 What holds on this machine is probed once per process (`agentdescent.code.probe`) and said
-plainly by `Sandbox.protections`; where Landlock is missing the run degrades (a Python
-audit-hook guard, the ``nobody`` user) and says so, and ``require_isolation=True`` refuses
-instead. What a run is given is checked by `agentdescent.code.sandbox_args`.
+plainly by `Sandbox.protections` (`agentdescent.code.protections`); where something is
+missing the run degrades (a Python audit-hook guard, the ``nobody`` user) and says so, and
+``require_isolation=True`` refuses instead. What a run is given is checked by
+`agentdescent.code.sandbox_args`; what the command sees of the filesystem is decided by
+`agentdescent.code.view`; the root's naming, sweep and removal are `agentdescent.code.roots`'.
 
 Every run still going is known: `Sandbox.stop` ends a sandbox's runs (a reward closed, a
 command stopped by a signal), and a process's exit ends those left, so a run on a thread
@@ -19,8 +23,9 @@ given up on (Ctrl-C) leaves neither its root nor its process group behind.
 
 It must not change the state of the engine's own process (no ``unshare``, no rlimit, no
 Landlock outside the launcher, no signal handler), must not let any variable of
-``os.environ`` through but those four, must not leave a root behind, and knows nothing of
-tests, junit or file-tree strategies (`agentdescent.code`'s other modules build on it).
+``os.environ`` through but those four (and, with a channel, its two descriptors), must not
+leave a root behind, and knows nothing of tests, junit or file-tree strategies
+(`agentdescent.code`'s other modules build on it).
 """
 
 from __future__ import annotations
@@ -47,10 +52,23 @@ from ..errors import InvalidArgument, SandboxUnavailable
 from ..processes import kill_group as _kill_group
 from ..processes import scrubbed_environment
 from ..processes import wait_exit as _wait_exit
-from ..types import clip_middle
 from ..validation import check_bool, check_int, check_real, check_seconds
+from . import protections
 from .probe import _JAIL, _Platform, _platform
 from .probe import _nobody as _nobody
+from .roots import _PREFIX as _PREFIX
+from .roots import (
+    _READ_BACK_BYTES,
+    _clip_file,
+    _folders_of,
+    _hand_over,
+    _is_root,
+    _owner_prefix,
+    _read_back,
+    _remove_groups,
+    _remove_tree,
+    _sweep_once,
+)
 from .sandbox_args import _ENV_NAME as _ENV_NAME
 from .sandbox_args import _FIXED as _FIXED
 from .sandbox_args import _SECRET_NAME as _SECRET_NAME
@@ -62,14 +80,12 @@ from .sandbox_args import (
     _check_strings,
     _check_tree,
 )
+from .view import _hidden_folders, _inside, _kept_folders
 
 __all__ = ["Sandbox", "SandboxRun"]
 
-_PREFIX = "agentdescent-sandbox-"
 _IGNORED = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".venv", "venv",
                                   "node_modules")
-_READ_BACK_BYTES = 5 * 1024 * 1024
-_EXACT_OUTPUT_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -239,132 +255,16 @@ class Sandbox:
         """
         here = _platform()
         return {
-            "filesystem": self._filesystem_sentence(here),
-            "identity": self._identity_sentence(here),
-            "secrets": self._secrets_sentence(here),
-            "network": self._network_sentence(here),
-            "limits": self._limits_sentence(here),
-            "processes": self._processes_sentence(here),
+            "filesystem": protections.filesystem_sentence(self, here),
+            "identity": protections.identity_sentence(self, here),
+            "secrets": protections.secrets_sentence(self, here),
+            "network": protections.network_sentence(self, here),
+            "limits": protections.limits_sentence(self, here),
+            "processes": protections.processes_sentence(self, here),
             "environment": ("HOME, TMPDIR, TMP and TEMP point inside the sandbox; PYTHONDONTWRITEBYTECODE=1, "
                             "PYTHONHASHSEED=0, PYTHONNOUSERSITE=1 and PYTHONUNBUFFERED=1 are set"
                             + (f"; extra variables: {', '.join(sorted(self.env))}" if self.env else "")),
         }
-
-    def _filesystem_sentence(self, here: _Platform) -> str:
-        abi = here.landlock_abi
-        parts = []
-        if here.ns:
-            kept = ("root's, in folders anyone may add to but only an owner remove from" if here.identity
-                    else "on a read-only mount, but for the folders of read-back files")
-            parts.append("a mount namespace of its own: everything outside the sandbox's folder is read-only "
-                         "(no write, rename, chmod, utime or attribute change outside it); /tmp, /var/tmp, /run "
-                         "and the homes are empty there (the interpreter and its packages bound back, read-only), "
-                         f"/sys is hidden; work/'s files cannot be changed ({kept}), new files may be added; "
-                         f"HOME and TMPDIR are a private tmpfs of {self.disk_mb or 1024} MB")
-        if abi:
-            shm = ("a private /dev/shm of its own" if here.shm or here.ns else
-                   "not /dev/shm, so POSIX semaphores (multiprocessing locks) fail")
-            parts.append(f"Landlock (ABI {abi}): writes only inside the sandbox's own folder (and to "
-                         f"/dev/null, /dev/zero, /dev/full, /dev/tty and {shm}); everything else "
-                         "read-only; /proc unreadable except the command's own entry (not its children's), "
-                         "/sys and other sandboxes' folders unreadable")
-        else:
-            parts.append("no Landlock on this platform: a Python audit hook in Python commands refuses writes "
-                         "outside the sandbox's folder and reads of other processes' /proc entries (best-effort: "
-                         "a subprocess of another program, ctypes or python -I gets around it)")
-            if here.nobody and not here.ns:
-                parts[-1] += "; the command runs as the nobody user, so it writes only where anyone may"
-        return "; ".join(parts)
-
-    def _identity_sentence(self, here: _Platform) -> str:
-        caps = "; its capabilities are dropped (empty bounding, inheritable and ambient sets)" if here.caps else ""
-        if here.identity:
-            return (f"the command runs as user {here.identity[0]} (nobody), not root: root's private files "
-                    "(mode 600 keys, /etc/shadow) are unreadable and no file outside is its to change" + caps)
-        if here.ns == "userns":
-            return ("the command runs as your own user inside a user namespace: your files stay readable where "
-                    "the mount namespace does not hide them (the homes are hidden), none are writable" + caps)
-        if here.nobody:
-            return "the command runs as the nobody user (no Landlock here)" + caps
-        if _is_root():
-            return ("the command keeps full root (no mount namespace to drop it safely here): it can read any "
-                    "file, and " + ("only its capabilities are dropped" if here.caps else "keeps its capabilities")
-                    + "; use require_isolation=True to refuse")
-        return f"the command runs as the engine's own user ({os.getuid()}), with its rights" + caps
-
-    def _secrets_sentence(self, here: _Platform) -> str:
-        text = ("the environment is scrubbed (of the engine's variables only PATH, LANG, LC_ALL and "
-                "TZ pass), so no API key variable reaches the command; ")
-        if here.ns:
-            text += "other processes are not in its /proc (a PID namespace of its own)"
-        elif here.landlock_abi:
-            text += "other processes' /proc/<pid>/environ is unreadable (Landlock)"
-        else:
-            text += ("other processes' /proc/<pid>/environ is hidden only by the best-effort guard"
-                     + (" and the nobody user" if here.nobody else ""))
-        if here.ns:
-            text += "; the homes are hidden" + (", and root's private files unreadable to its user"
-                                                if here.identity else "")
-            text += "; files readable to any user elsewhere stay readable, so keep keys out of them"
-        else:
-            text += "; files on disk stay readable, so keep keys out of readable files"
-        return text
-
-    def _network_sentence(self, here: _Platform) -> str:
-        if self.network:
-            return "not isolated: network=True lets the command reach anything the engine can"
-        sockets = ("; named Unix sockets under /tmp, /run and the homes are hidden, those elsewhere on disk "
-                   "are reachable where their mode lets its user in" if here.ns else
-                   " (named Unix sockets on disk are)")
-        if here.net:
-            how = "unshare(CLONE_NEWNET)" if here.net == "netns" else "a user and network namespace"
-            return f"a network namespace of its own ({how}): only its own loopback, nothing outside is reachable{sockets}"
-        if here.landlock_abi >= 4:
-            return (f"Landlock (ABI {here.landlock_abi}): TCP connect and bind refused; UDP and Unix "
-                    "sockets still work")
-        return ("not isolated: no network namespace and no Landlock network rules here; only the "
-                "best-effort guard refuses non-Unix socket connects from Python commands")
-
-    def _limits_sentence(self, here: _Platform) -> str:
-        wall = f"wall clock {self.timeout:g} s (+{self.grace:g} s grace) for the whole command"
-        parts = {"AS": self.memory_mb and f"address space {self.memory_mb} MB",
-                 "CPU": f"CPU {self._cpu(self.timeout):g} s",
-                 "FSIZE": self.file_mb and f"files up to {self.file_mb} MB", "CORE": "no core dumps"}
-        held = [text for name, text in parts.items() if text and name in here.rlimits]
-        sentence = f"per process (setrlimit): {', '.join(held)}; {wall}" if held else f"no resource limits here; {wall}"
-        whole = []
-        if here.cgroup and here.ns:
-            v2 = "/sys/fs/cgroup" in here.cgroup
-            if self.memory_mb and (v2 or any(b.endswith("/memory") for b in here.cgroup)):
-                whole.append(f"memory {self.memory_mb} MB")
-            if self.max_processes and (v2 or any(b.endswith("/pids") for b in here.cgroup)):
-                whole.append(f"at most {self.max_processes} processes and threads")
-            if whole:
-                whole[0] = f"for the whole sandbox (a control group, cgroup {'v2' if v2 else 'v1'}): {whole[0]}"
-        else:
-            whole.append("no control group here, so memory and processes are limited per process only")
-        if here.ns:
-            whole.append(f"scratch space (HOME and TMPDIR) {self.disk_mb or 1024} MB")
-        return "; ".join([*whole, sentence])
-
-    def _processes_sentence(self, here: _Platform) -> str:
-        if here.ns:
-            sentence = ("a PID namespace of its own: when the command ends, times out or is killed, everything "
-                        "it started ends with it (a setsid daemon included); a parent-death signal ties it to "
-                        "the engine, so a driver killed even with SIGKILL takes its sandboxes along, and the "
-                        "next run sweeps the roots of dead drivers")
-        else:
-            sentence = ("a process group of its own, killed whole (SIGKILL) on timeout and after the command "
-                        "exits; a child that starts its own session escapes that kill")
-        if here.landlock_abi >= 6:
-            sentence += "; Landlock scopes signals and abstract Unix sockets, so it cannot signal or reach the engine"
-        elif here.identity or here.nobody:
-            sentence += "; it runs as another user, so it cannot signal the engine"
-        elif not here.ns:
-            sentence += "; it can still signal the engine and other processes of its user (no Landlock ABI 6)"
-        if here.caps:
-            sentence += "; run as root, its capabilities are dropped (empty bounding set)"
-        return sentence
 
     # ----------------------------------------------------------------------- running
 
@@ -603,236 +503,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parents_runs)
 
 
-# --------------------------------------------------------------------------- roots and groups
-
-
-def _is_root() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-def _start_time(pid: int) -> str:
-    """A process's start time (clock ticks since boot, from /proc), or "0" where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return "0"
-
-
-def _owner_prefix() -> str:
-    """The name a root starts with: the prefix, then its owner's process id and start time."""
-    return f"{_PREFIX}{os.getpid()}-{_start_time(os.getpid())}-"
-
-
-def _owner_alive(name: str) -> bool:
-    """Is the process that made the root or group ``name`` still running? (Unknown names: yes.)"""
-    parts = name[len(_PREFIX):].split("-")
-    if len(parts) < 3 or not parts[0].isdigit():
-        return True  # not named by this version: not ours to judge
-    pid, started = int(parts[0]), parts[1]
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return started in ("0", _start_time(pid)) or _start_time(pid) == "0"
-
-
-_swept = threading.Event()
-
-
-def _sweep_once(here: _Platform) -> None:
-    """Once per process: remove the roots and control groups of sandboxes whose owner is dead.
-
-    A driver killed with SIGKILL takes its commands along (parent-death signal, PID
-    namespace) but cannot remove their roots; the next process to run a sandbox does.
-    """
-    if _swept.is_set():
-        return
-    _swept.set()
-    folders = [tempfile.gettempdir()] + [os.path.join(base, "agentdescent") for base in here.cgroup]
-    for folder in folders:
-        try:
-            names = [n for n in os.listdir(folder) if n.startswith(_PREFIX)]
-        except OSError:
-            continue
-        for name in names:
-            if not _owner_alive(name):
-                path = os.path.join(folder, name)
-                if folder in folders[1:]:
-                    with contextlib.suppress(OSError):
-                        os.rmdir(path)
-                else:
-                    _remove_tree(path)
-
-
-def _remove_groups(groups: list[str], grace: float) -> None:
-    """Remove a run's control groups, waiting up to ``grace`` for its last processes to be gone."""
-    deadline = time.monotonic() + max(grace, 0.5)
-    for group in groups:
-        while True:
-            try:
-                os.rmdir(group)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:  # still busy with a dying process
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.01)
-
-
-def _remove_tree(path: str) -> None:
-    """Remove a folder and everything in it, at any depth, following no link, never raising.
-
-    No recursion (a command may leave folders nested thousands deep): folders are walked
-    with a stack of descriptors, and a folder deeper than 64 is first moved up to the top,
-    so neither the stack nor the open descriptors grow with the depth. Folders the command
-    made unreadable are given back their owner's rights first.
-    """
-    try:
-        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        return
-    stack: list[tuple[int, str]] = [(top, "")]  # (descriptor, its name in the folder above)
-    moved = 0
-    try:
-        while stack:
-            fd, _ = stack[-1]
-            descend = None
-            try:
-                with os.scandir(fd) as entries:
-                    for entry in entries:
-                        if entry.is_dir(follow_symlinks=False):
-                            descend = descend or entry.name
-                        else:
-                            with contextlib.suppress(OSError):
-                                os.unlink(entry.name, dir_fd=fd)
-            except OSError:
-                pass
-            if descend is not None and len(stack) > 64:  # move it up: the depth never grows
-                moved += 1
-                try:
-                    os.rename(descend, f".deep-{moved}", src_dir_fd=fd, dst_dir_fd=top)
-                    continue
-                except OSError:
-                    pass
-            if descend is not None:
-                with contextlib.suppress(OSError):
-                    os.chmod(descend, stat.S_IRWXU, dir_fd=fd, follow_symlinks=False)
-                try:
-                    stack.append((os.open(descend, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd), descend))
-                    continue
-                except OSError:
-                    with contextlib.suppress(OSError):
-                        os.rmdir(descend, dir_fd=fd)
-                    with contextlib.suppress(OSError):
-                        os.unlink(descend, dir_fd=fd)
-                    if os.path.lexists(f"/proc/self/fd/{fd}/{descend}"):
-                        break  # cannot be removed: give up rather than loop
-                    continue
-            done, name = stack.pop()
-            os.close(done)
-            if stack:
-                with contextlib.suppress(OSError):
-                    os.rmdir(name, dir_fd=stack[-1][0])
-    finally:
-        for fd, _ in stack:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-    with contextlib.suppress(OSError):
-        os.rmdir(path)
-
-
-def _folders_of(work: str, paths: Any) -> list[str]:
-    """The folders (below ``work``) the read-back files go in, made now, so they can be bound writable."""
-    folders = []
-    for rel in paths:
-        parent = os.path.dirname(rel)
-        if parent:
-            folder = os.path.join(work, parent)
-            with contextlib.suppress(OSError):
-                os.makedirs(folder, exist_ok=True)
-            folders.append(folder)
-    return sorted(set(folders))
-
-
-def _hand_over(root: str, work: str) -> None:
-    """Ready a root for an unprivileged command: the root passable, ``work/`` root's but open to add to.
-
-    Every folder of ``work/`` gets mode 1777 (anyone may add a file; the sticky bit lets no
-    one but a file's owner rename or remove it) and every file is root's and readable, so
-    the command can add files but not change, rename or remove any it was given.
-    """
-    os.chmod(root, 0o711)
-    for folder, _, files in os.walk(work):
-        os.chmod(folder, 0o1777)
-        for name in files:
-            path = os.path.join(folder, name)
-            with contextlib.suppress(OSError):
-                mode = os.lstat(path).st_mode
-                if stat.S_ISREG(mode):
-                    os.chmod(path, 0o755 if mode & stat.S_IXUSR else 0o644)
-
-
-_HOMES = ("/root", "/home")
-
-
-def _hidden_folders() -> list[str]:
-    """What a run's mount namespace covers with an empty tmpfs: shared scratch, sockets, homes."""
-    found = ["/tmp", "/var/tmp", "/run", "/dev/mqueue", *_HOMES]
-    for extra in (os.environ.get("HOME"), tempfile.gettempdir()):
-        if extra and os.path.isabs(extra):
-            real = os.path.realpath(extra)
-            if real != "/" and not any(_inside(real, f) for f in found):
-                found.append(real)
-    return found
-
-
-def _kept_folders() -> list[str]:
-    """What the command needs from under the hidden folders: the interpreter, its packages, PATH.
-
-    A folder is kept only if it holds no hidden folder (keeping ``/root`` itself would
-    undo the hiding); the launcher binds back only those under a hidden one.
-    """
-    hidden = _hidden_folders()
-    here = os.path.dirname(os.path.abspath(__file__))
-    wanted = [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)),
-              sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, here,
-              *[p for p in sys.path if p and os.path.isabs(p)],
-              *[p for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)]]
-    for entry in list(wanted):
-        managed = _version_manager(entry, hidden)
-        if managed:
-            wanted.append(managed)
-    kept = []
-    for path in wanted:
-        for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
-            if os.path.isdir(candidate) and not any(_inside(h, candidate) for h in hidden):
-                kept.append(candidate)
-    return list(dict.fromkeys(kept))
-
-
-def _version_manager(path: str, hidden: list[str]) -> str | None:
-    """The root of the version manager (pyenv, rbenv...) whose ``shims`` folder ``path`` is, if any.
-
-    A shim is a script that runs the manager from its root (``libexec/``), so the shim's
-    folder alone is not enough: the manager's root is kept whole (it holds installations,
-    not secrets).
-    """
-    if os.path.basename(path.rstrip("/")) != "shims":
-        return None
-    folder = os.path.dirname(os.path.abspath(path))
-    while folder not in ("/", "") and not any(folder == h for h in hidden):
-        if os.path.isdir(os.path.join(folder, "libexec")):
-            return folder
-        folder = os.path.dirname(folder)
-    return None
+# --------------------------------------------------------------------------- the results channel
 
 
 def _open_channel(root: str, env: dict[str, str]) -> tuple[str, BinaryIO, tuple[int, int]]:
@@ -863,60 +534,6 @@ def _close_all(fds: tuple[int, ...]) -> None:
 
 
 # --------------------------------------------------------------------------- process helpers
-
-
-def _clip_file(handle: BinaryIO, limit: int) -> str:
-    """A command's output file, decoded with errors replaced and cut to ``limit`` characters.
-
-    Past 8 MB only the two ends are read and decoded; the marker then counts bytes.
-    """
-    try:
-        size = os.fstat(handle.fileno()).st_size
-        handle.seek(0)
-        if size <= _EXACT_OUTPUT_BYTES:
-            return clip_middle(handle.read().decode("utf-8", errors="replace"), limit)
-        head = handle.read(4 * limit).decode("utf-8", errors="replace")[: limit // 2]
-        handle.seek(size - 4 * limit)
-        tail = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    tail = tail[len(tail) - (limit - limit // 2):]
-    cut = size - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
-    return f"{head}\n[... about {cut} bytes cut ...]\n{tail}"
-
-
-def _read_back(work: str, wanted: dict[str, str]) -> dict[str, str]:
-    """The wanted files (as asked -> normalised) that are regular files inside ``work``.
-
-    Each is opened one component at a time, following no link: the engine, unconfined,
-    must never read a file of the command's choosing (a key file, the engine's own /proc
-    entry) on its behalf, even if a straggler swaps a folder for a link meanwhile.
-    """
-    found = {}
-    for asked, rel in wanted.items():
-        fd = None
-        try:
-            fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            *folders, name = rel.split("/")
-            for folder in folders:
-                fd, parent = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd), fd
-                os.close(parent)
-            fd, parent = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd), fd
-            os.close(parent)
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                with os.fdopen(fd, "rb") as handle:
-                    fd = None
-                    found[asked] = handle.read(_READ_BACK_BYTES).decode("utf-8", errors="replace")
-        except OSError:
-            pass  # missing, a link, or not a file
-        finally:
-            if fd is not None:
-                os.close(fd)
-    return found
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _ignore(folder: str, names: list[str]) -> set[str]:
