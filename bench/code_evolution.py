@@ -13,7 +13,9 @@ apply) for each seed, in two arms on the same seeds:
 Per run: calls until all held-out tests pass (proposer calls plus suite runs in the
 sandbox, up to the round that reached it; "-" if the run never did), commits, commits
 that were wrong (no test newly passing, over all twenty) or regressing (a test the
-previous version passed now fails), and sandbox seconds per suite run. Prints one table
+previous version passed now fails), sandbox seconds per suite run, and the veto's rechecks
+(`TestSuite(recheck=...)`: a candidate's newly passing test files run again alone; only the
+veto arm has them). Prints one table
 per arm and the ratio of the arms' calls, and writes JSON.
 
     python bench/code_evolution.py --seeds 0,1,2,3,4,5,6,7 --json bench/results/code_evolution.json
@@ -80,6 +82,8 @@ def one_run(seed: int, arm: str, rounds: int, workers: int, timeout: float) -> d
         "all_passing": sum(o.passed for o in final.values()), "tests": len(final),
         "suite_runs": stats["suite_runs"], "timeouts": stats["timeouts"],
         "sandbox_seconds_per_run": round(stats["sandbox_seconds"] / max(1, stats["suite_runs"]), 3),
+        "rechecks": stats["rechecks"], "recheck_seconds": stats["recheck_seconds"],
+        "recheck_refusals": stats["recheck_refusals"], "untrusted": stats["untrusted"],
         "edits_refused": result.counters.get("edits_refused", 0), "proposals": dict(proposer.proposed),
         "wall_seconds": round(wall, 1),
     }
@@ -122,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         ("wrong or regressing commits, total", lambda rs: str(sum(r["wrong_commits"] + r["regressing_commits"] for r in rs))),
         ("regressing commits, total", lambda rs: str(sum(r["regressing_commits"] for r in rs))),
         ("sandbox seconds per suite run, median", lambda rs: _spread([r["sandbox_seconds_per_run"] for r in rs])),
+        ("rechecks before a commit (one test file alone), total (seconds)",
+         lambda rs: f"{sum(r['rechecks'] for r in rs)} ({sum(r['recheck_seconds'] for r in rs):.1f})"),
+        ("suite runs whose results were not trustworthy, total", lambda rs: str(sum(r["untrusted"] for r in rs))),
     ]
     for name, fn in rows:
         print(f"| {name} | {fn(by['veto'])} | {fn(by['held-out only'])} |")

@@ -5,9 +5,9 @@ search/replace edits that change it), `Sandbox` (where a state's code runs: a fr
 temporary copy, a scrubbed environment, a timeout that kills the whole process group,
 resource limits, and no writes outside its folder or network where the platform allows)
 and `TestSuite` (the project's tests as tasks and reward: one sandboxed run per state,
-per-test results from JUnit XML, failing tests' messages as feedback). `CommandReward` is
-the general form: a command run on each state (and task), whose printed number is the
-reward.
+per-test results from the runner's channel, believed only when they hold together, failing
+tests' messages as feedback). `CommandReward` is the general form: a command run on each
+state (and task), whose printed number is the reward.
 
     from agentdescent import evolve
     from agentdescent.code import TestSuite

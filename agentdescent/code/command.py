@@ -4,10 +4,18 @@ This module owns the plainest way to score code: a command (a benchmark script, 
 scorer) runs in the sandbox on a state's files and prints its score. With ``{task}`` in
 the command it runs once per (state, task), with the task's id in place of ``{task}``;
 without, once per state, and that one score is every task's. The score is read off
-stdout: the last line that is a number in [0, 1], or a JSON object ``{"score": x,
-"feedback": "..."}``. A command that fails, times out or prints no such number scores 0
-with feedback saying so. `agentdescent.code.TestSuite` is the special form for test
-suites (one run gives every test's result).
+stdout of a run that exited 0: the one line that is a number in [0, 1], or a JSON object
+``{"score": x, "feedback": "..."}``. A command that fails, times out, prints no such line
+or prints more than one (a second score printed by an exit hook) scores 0 with feedback
+saying so. `agentdescent.code.TestSuite` is the special form for test suites (one run
+gives every test's result).
+
+What the exit status and the one-score rule stop: a score printed by an exit hook after
+the command failed (the exit status stays non-zero), or printed beside the honest one. What
+they cannot stop: a command whose code (the tree's, imported by the scorer) prints a score
+and calls ``os._exit(0)`` looks, from outside, exactly like an honest run; the tree's
+machinery scan, which refuses diffs calling ``os._exit`` or ``atexit``, is what stops that.
+Unlike `TestSuite`'s runner there is no channel here: the command's stdout is the report.
 
 It must not run anything outside its sandbox, write into the project folder, or call a
 model.
@@ -31,7 +39,7 @@ from .cache import state_hash
 from .sandbox import Sandbox, SandboxRun
 from .tree import FileTree
 
-__all__ = ["CommandReward", "read_score"]
+__all__ = ["CommandReward", "read_score", "score_lines"]
 
 _SCORE = "SCORE"
 _FAILED = "FAILED"
@@ -42,11 +50,22 @@ def read_score(stdout: str) -> tuple[float, str] | None:
 
     The last line of ``stdout`` that is a number in [0, 1] (feedback: the lines before it,
     cut short), or a JSON object with a ``"score"`` in [0, 1] (and an optional
-    ``"feedback"`` string).
+    ``"feedback"`` string). `CommandReward` goes further and refuses a run that printed
+    more than one such line (`score_lines` finds them all).
+    """
+    found = score_lines(stdout)
+    return found[-1] if found else None
+
+
+def score_lines(stdout: str) -> list[tuple[float, str]]:
+    """Every score line of ``stdout`` (as `read_score` reads one), in order, each with its feedback.
+
+    A number line's feedback is the (up to ten) lines before it; a JSON line's is its
+    ``"feedback"``.
     """
     lines = [line.strip() for line in stdout.splitlines() if line.strip()]
-    for i in range(len(lines) - 1, -1, -1):
-        line = lines[i]
+    found: list[tuple[float, str]] = []
+    for i, line in enumerate(lines):
         value: Any = None
         feedback = ""
         if line.startswith("{"):
@@ -64,8 +83,8 @@ def read_score(stdout: str) -> tuple[float, str] | None:
             feedback = "\n".join(lines[max(0, i - 10):i])
         if (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
                 and 0.0 <= value <= 1.0):
-            return float(value), str(feedback)[-1200:]
-    return None
+            found.append((float(value), str(feedback)[-1200:]))
+    return found
 
 
 class CommandReward(SandboxedReward[tuple[str, SandboxRun]]):
@@ -96,7 +115,7 @@ class CommandReward(SandboxedReward[tuple[str, SandboxRun]]):
         self._tasks = list(tasks)
         if not self._tasks or not all(isinstance(t, Task) for t in self._tasks):
             raise InvalidArgumentType("CommandReward(tasks=...): give a list of agentdescent.Task")
-        super().__init__(directory, timeout, sandbox, tree, cache_size, ("runs", "timeouts", "failures"))
+        super().__init__(directory, timeout, sandbox, tree, cache_size, ("runs", "timeouts", "failures", "refused"))
 
     def tasks(self) -> list[Task]:
         """The tasks given."""
@@ -110,14 +129,20 @@ class CommandReward(SandboxedReward[tuple[str, SandboxRun]]):
     def _run(self, state: Mapping[str, str], task: Task) -> tuple[str, SandboxRun]:
         argv = [p.replace("{task}", task.id) for p in self.command] if self.per_task else list(self.command)
         run = self.sandbox.run(argv, tree=state, base=self.project.base)
-        found = read_score(run.stdout) if run.ok else None
-        self._count(run.seconds, runs=True, timeouts=run.timed_out, failures=found is None)
-        if found is not None:
-            value, feedback = found
+        found = score_lines(run.stdout) if run.ok else []
+        self._count(run.seconds, runs=True, timeouts=run.timed_out, failures=len(found) != 1,
+                    refused=len(found) > 1)
+        if len(found) == 1:
+            value, feedback = found[0]
             return f"{_SCORE} {value!r}" + (f"\n{feedback}" if feedback else ""), run
         tail = (run.stderr.strip() or run.stdout.strip())[-800:]
-        why = ("it printed no score (a last line that is a number in [0, 1], or {\"score\": ...})" if run.ok
-               else f"the command was {run.describe()}" if run.timed_out else f"the command ended with {run.describe()}")
+        if len(found) > 1:
+            why = (f"it printed more than one score ({len(found)} lines that are a number in [0, 1] or "
+                   "{\"score\": ...}: an exit hook?); print exactly one, and other numbers with a label")
+        elif run.ok:
+            why = "it printed no score (a line that is a number in [0, 1], or {\"score\": ...})"
+        else:
+            why = f"the command was {run.describe()}" if run.timed_out else f"the command ended with {run.describe()}"
         return f"{_FAILED}\n{why}" + (f":\n{tail}" if tail else ""), run
 
     def run(self, rendered: str, task: Task) -> str:
