@@ -316,9 +316,11 @@ def test_a_driver_killed_with_sigkill_takes_its_sandboxes_along_and_the_next_run
     assert list(roots.iterdir()) == [], f"left by the killed drivers: {left}; after the sweep: {list(roots.iterdir())}"
 
 
-@needs_ns
 def test_a_root_nested_thousands_deep_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where work/ is the command's (no namespaces: the older route), it can nest folders 1,500 deep there."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real = probe_module._platform()
+    monkeypatch.setattr(sandbox_module, "_platform", lambda: dataclasses.replace(real, ns=None, identity=None))
     run = Sandbox(timeout=60).run(python("""
         import os
         fd = os.open(".", os.O_RDONLY)
@@ -329,6 +331,31 @@ def test_a_root_nested_thousands_deep_is_removed(tmp_path: Path, monkeypatch: py
     """))
     assert run.stdout.strip() == "deep", run.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_removal_holds_against_depth_unreadable_folders_fifos_and_links(tmp_path: Path) -> None:
+    from agentdescent.code.roots import _remove_tree
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("kept")
+    root = tmp_path / "agentdescent-sandbox-left"
+    fd = os.open(tmp_path, os.O_RDONLY)
+    os.mkdir(root.name, dir_fd=fd)
+    fd = os.open(root.name, os.O_RDONLY, dir_fd=fd)
+    for depth in range(1500):
+        os.mkdir("d", dir_fd=fd)
+        if depth == 700:
+            os.mkfifo("fifo", dir_fd=fd)
+            os.symlink(str(victim), "link", dir_fd=fd)
+        next_fd = os.open("d", os.O_RDONLY, dir_fd=fd)
+        if depth % 300 == 0:
+            os.chmod("d", 0, dir_fd=fd)
+        os.close(fd)
+        fd = next_fd
+    os.close(fd)
+    _remove_tree(str(root))
+    assert not root.exists()
+    assert victim.read_text() == "kept"
 
 
 # --------------------------------------------------------------------------- limits for the whole sandbox

@@ -174,11 +174,11 @@ def set_up_mounts(spec: dict) -> None:
     /dev/shm and the root's ``tmp/`` are fresh, size-limited tmpfs (``tmp_mb``; HOME lives
     in it too); then every mount but those, /proc and /dev is made read-only — so no file
     outside, the sandbox's own ``work/`` included, can be written, renamed, chmod-ed,
-    touched or given an attribute. ``work/`` is bound back writable; with ``work_readonly``
-    (the command is the files' owner, so their modes cannot protect them) it is read-only
-    too, but for the ``writable`` folders (where a command's read-back files go). Run as
-    root, the engine gave ``work/``'s files to root and its folders the sticky bit instead,
-    so the unprivileged command may add files but not change those it was given.
+    touched or given an attribute. ``work/`` is bound back on a mount of its own; with
+    ``work_readonly`` (the command is the files' owner, so their modes cannot protect
+    them) it is read-only but for the ``writable`` files (the command's read-back files,
+    each bound writable). Run as root, the engine gave ``work/`` to root instead (folders
+    755, files 644) and the read-back files to the command's user.
     """
     libc = _libc()
     root, uid, gid = spec["root"], int(spec["uid"]), int(spec["gid"])
@@ -216,7 +216,7 @@ def set_up_mounts(spec: dict) -> None:
     os.chown(inner_home, uid, gid)
     _mount(libc, inner_home, home, None, _MS_BIND)
     work = os.path.join(root, "work")
-    folders = [f for f in spec.get("writable", ()) if os.path.isdir(f) and not os.path.islink(f)]
+    folders = [f for f in spec.get("writable", ()) if os.path.exists(f) and not os.path.islink(f)]
     readonly = bool(spec.get("work_readonly"))
     _mount(libc, work, work, None, _MS_BIND)  # a mount of its own, before the rest turns read-only
     for folder in folders if readonly else ():

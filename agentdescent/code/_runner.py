@@ -23,6 +23,9 @@ another class) or a hook of the project's own files (not a ``conftest.py``) wrap
 reports, it writes a ``{"n": ..., "seq": K, "tampered": "what"}`` record at once; the
 channel is append-only, so nothing can take it back.
 
+No compiled file is read (``sys.pycache_prefix`` points where no folder can be), so a
+``.pyc`` planted in a ``__pycache__`` cannot stand in for a test or a module.
+
 ``-I`` also makes Python ignore ``PYTHONHASHSEED`` (and the other ``PYTHON*`` variables the
 sandbox sets for reproducible runs): when one of those is set, the runner first re-executes
 itself once with them honoured (``-s``, and ``-P`` where Python has it), every other
@@ -109,6 +112,9 @@ if __name__ == "__main__":
     _reexec_honouring_the_environment()
     _NONCE, _CHANNEL = _take_channel()
     _TAKEN = _scrub_path()
+    # No compiled file is ever read back: a .pyc planted beside a test would stand in for it.
+    # The prefix lies under a file, so no folder of that name can exist, nor be made.
+    sys.pycache_prefix = os.path.join(os.devnull, "agentdescent-no-pycache")
 
 import contextlib  # noqa: E402 - after the channel and the path: nothing of the tree can stand in for these
 import functools  # noqa: E402

@@ -175,29 +175,48 @@ def _remove_tree(path: str) -> None:
         os.rmdir(path)
 
 
-def _folders_of(work: str, paths: Any) -> list[str]:
-    """The folders (below ``work``) the read-back files go in, made now, so they can be bound writable."""
-    folders = []
-    for rel in paths:
-        parent = os.path.dirname(rel)
-        if parent:
-            folder = os.path.join(work, parent)
-            with contextlib.suppress(OSError):
-                os.makedirs(folder, exist_ok=True)
-            folders.append(folder)
-    return sorted(set(folders))
+def _placeholders(work: str, wanted: Any, owner: tuple[int, int] | None) -> dict[str, int]:
+    """Make an empty file for each read-back path the run was not given; return them (path -> mtime_ns).
+
+    Where the command may change nothing it was given, these are the only files of
+    ``work/`` it may write: each is made now (its folders root's), given to ``owner`` (the
+    unprivileged user; None: left the engine's user's, for a read-only mount to open up).
+    One still empty and untouched after the run was never written, and reads back as missing.
+    """
+    made: dict[str, int] = {}
+    real_work = os.path.realpath(work)
+    for rel in wanted:
+        path = os.path.join(work, rel)
+        if os.path.lexists(path) or not _below(os.path.realpath(path), real_work):
+            continue  # given (the command may not change it), or through a link out of the tree
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except OSError:
+            continue
+        try:
+            if owner is not None:
+                os.fchown(fd, *owner)
+            made[path] = os.fstat(fd).st_mtime_ns
+        finally:
+            os.close(fd)
+    return made
+
+
+def _below(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _hand_over(root: str, work: str) -> None:
-    """Ready a root for an unprivileged command: the root passable, ``work/`` root's but open to add to.
+    """Ready a root for an unprivileged command: the root passable, ``work/`` root's and read-only to it.
 
-    Every folder of ``work/`` gets mode 1777 (anyone may add a file; the sticky bit lets no
-    one but a file's owner rename or remove it) and every file is root's and readable, so
-    the command can add files but not change, rename or remove any it was given.
+    Every folder of ``work/`` gets mode 755 and every file is root's and readable (755 if
+    it was executable, else 644), so the command can read what it was given and change,
+    add, rename or remove nothing there; its read-back files (`_placeholders`) are its own.
     """
     os.chmod(root, 0o711)
     for folder, _, files in os.walk(work):
-        os.chmod(folder, 0o1777)
+        os.chmod(folder, 0o755)
         for name in files:
             path = os.path.join(folder, name)
             with contextlib.suppress(OSError):
@@ -229,14 +248,17 @@ def _clip_file(handle: BinaryIO, limit: int) -> str:
     return f"{head}\n[... about {cut} bytes cut ...]\n{tail}"
 
 
-def _read_back(work: str, wanted: dict[str, str]) -> dict[str, str]:
+def _read_back(work: str, wanted: dict[str, str], untouched: dict[str, int] | None = None) -> dict[str, str]:
     """The wanted files (as asked -> normalised) that are regular files inside ``work``.
 
     Each is opened one component at a time, following no link: the engine, unconfined,
     must never read a file of the command's choosing (a key file, the engine's own /proc
-    entry) on its behalf, even if a straggler swaps a folder for a link meanwhile.
+    entry) on its behalf, even if a straggler swaps a folder for a link meanwhile. A
+    placeholder of `_placeholders` (``untouched``: path -> its mtime) still empty and
+    unmodified was never written: it is missing.
     """
     found = {}
+    untouched = untouched or {}
     for asked, rel in wanted.items():
         fd = None
         try:
@@ -247,7 +269,11 @@ def _read_back(work: str, wanted: dict[str, str]) -> dict[str, str]:
                 os.close(parent)
             fd, parent = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd), fd
             os.close(parent)
-            if stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            made = untouched.get(os.path.join(work, rel))
+            if made is not None and info.st_size == 0 and info.st_mtime_ns == made:
+                continue  # a placeholder the command never wrote
+            if stat.S_ISREG(info.st_mode):
                 with os.fdopen(fd, "rb") as handle:
                     fd = None
                     found[asked] = handle.read(_READ_BACK_BYTES).decode("utf-8", errors="replace")

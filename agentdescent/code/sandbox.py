@@ -60,10 +60,10 @@ from .roots import _PREFIX as _PREFIX
 from .roots import (
     _READ_BACK_BYTES,
     _clip_file,
-    _folders_of,
     _hand_over,
     _is_root,
     _owner_prefix,
+    _placeholders,
     _read_back,
     _remove_groups,
     _remove_tree,
@@ -330,13 +330,15 @@ class Sandbox:
             else:
                 shutil.copytree(base_dir, work, symlinks=True, ignore=_ignore)
             _write_tree(work, files)
-            writable = _folders_of(work, wanted.values()) if here.ns and not here.identity else []
-            config, variables = self._setup(here, root, limit, writable)
+            untouched: dict[str, int] = {}
+            if here.ns:  # the command may write only its read-back files in work/
+                untouched = _placeholders(work, wanted.values(), here.identity)
+            config, variables = self._setup(here, root, limit, sorted(untouched))
             groups = list(config.get("cgroup", {}).get("dirs", ()))
             if "identity" in config:
                 _hand_over(root, work)
             variables.update(extra)
-            return self._execute(argv, root, work, config, variables, limit, wanted, live, channel)
+            return self._execute(argv, root, work, config, variables, limit, wanted, live, channel, untouched)
         finally:
             _remove_tree(root)
             _remove_groups(groups, self.grace)
@@ -395,7 +397,8 @@ class Sandbox:
         return config, env
 
     def _execute(self, argv: list[str], root: str, work: str, config: dict, env: dict[str, str],
-                 limit: float, wanted: dict[str, str], live: _Live, channel: bool) -> SandboxRun:
+                 limit: float, wanted: dict[str, str], live: _Live, channel: bool,
+                 untouched: dict[str, int]) -> SandboxRun:
         # Output is read back through these descriptors, never by path: the command may
         # replace the files with links (to the engine's /proc entry, say).
         with contextlib.ExitStack() as stack:
@@ -432,7 +435,7 @@ class Sandbox:
         return SandboxRun(
             returncode=code, timed_out=timed_out, seconds=seconds,
             stdout=stdout, stderr=stderr,
-            files=_read_back(work, wanted), signal=int(ended_by) if ended_by is not None else None,
+            files=_read_back(work, wanted, untouched), signal=int(ended_by) if ended_by is not None else None,
             limits={"timeout": limit, "grace": self.grace, "memory_mb": self.memory_mb,
                     "cpu_seconds": self._cpu(limit), "file_mb": self.file_mb},
             channel=written, nonce=nonce)
