@@ -415,3 +415,19 @@ def test_a_command_that_prints_more_than_one_score_scores_zero(tmp_path):
     failing = "import atexit, sys\natexit.register(lambda: print(1.0))\nsys.exit(3)\n"
     assert float(reward.reward(tasks[0], reward.run(reward.tree.render({"solver.py": failing}), tasks[0]))) == 0.0
     assert reward.stats()["refused"] == 1
+
+
+def test_a_command_rewards_scorer_is_never_the_candidates_to_edit(tmp_path):
+    from agentdescent.code import CommandReward, FileTree
+    from agentdescent.errors import EditRefused, InvalidArgument
+
+    (tmp_path / "solve.py").write_text("def solve(x):\n    return x\n")
+    (tmp_path / "score.py").write_text("import solve\nprint(1.0 if solve.solve(2) == 4 else 0.0)\n")
+    tasks = [Task(f"t{i}", f"task {i}") for i in range(4)]
+    reward = CommandReward(tmp_path, [sys.executable, "score.py"], tasks, timeout=20)
+    assert set(reward.initial) == {"solve.py"}
+    reply = "score.py\n<<<<<<< SEARCH\n=======\nprint(1.0)\n>>>>>>> REPLACE\n"
+    with pytest.raises(EditRefused):
+        reward.tree.to_diff(reward.initial, reply, "w", 0, "code")
+    with pytest.raises(InvalidArgument, match="the command's own scorer"):
+        CommandReward(tmp_path, [sys.executable, "score.py"], tasks, tree=FileTree(include=["*.py"], exclude=[]))

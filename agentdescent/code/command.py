@@ -30,14 +30,14 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidArgumentType
+from ..errors import InvalidArgument, InvalidArgumentType
 from ..merge.aggregator_config import AggregatorConfig
 from ..rewards.builtin import Score
 from ..types import Task
 from .base import SandboxedReward, split_command
 from .cache import state_hash
 from .sandbox import Sandbox, SandboxRun
-from .tree import FileTree
+from .tree import DEFAULT_EXCLUDE, FileTree
 
 __all__ = ["CommandReward", "read_score", "score_lines"]
 
@@ -87,6 +87,19 @@ def score_lines(stdout: str) -> list[tuple[float, str]]:
     return found
 
 
+def _scorer_files(directory: str | os.PathLike[str], parts: Sequence[str]) -> list[str]:
+    """The project's files the command names (``score.py`` in ``python score.py {task}``), as tree paths."""
+    root = os.path.realpath(directory)
+    found = []
+    for part in parts:
+        if "{task}" in part or not part or part.startswith("-"):
+            continue
+        path = os.path.realpath(os.path.join(root, part))
+        if path.startswith(root + os.sep) and os.path.isfile(path):
+            found.append(os.path.relpath(path, root).replace(os.sep, "/"))
+    return found
+
+
 class CommandReward(SandboxedReward[tuple[str, SandboxRun]]):
     """A command run in a sandbox on each state, whose printed number is the reward.
 
@@ -98,12 +111,13 @@ class CommandReward(SandboxedReward[tuple[str, SandboxRun]]):
         tasks: the tasks (at least 4, as the engines need); their ids replace ``{task}``.
         timeout: seconds one run may take (the sandbox kills it after that plus its grace).
         sandbox: where it runs (default ``Sandbox(timeout=timeout)``).
-        tree: which files of ``directory`` are the artifact (default `FileTree`).
+        tree: which files of ``directory`` are the artifact (default `FileTree`, without
+            the files the command names: the scorer is never the candidate's to edit).
         cache_size: runs kept, by state (and task).
 
     Raises:
         InvalidArgument, InvalidArgumentType: a bad folder, command, task list, timeout
-            or sandbox.
+            or sandbox; a ``tree`` that holds a file the command names (its scorer).
     """
 
     def __init__(self, directory: str | os.PathLike[str], command: str | Sequence[str], tasks: Sequence[Task],
@@ -115,6 +129,15 @@ class CommandReward(SandboxedReward[tuple[str, SandboxRun]]):
         self._tasks = list(tasks)
         if not self._tasks or not all(isinstance(t, Task) for t in self._tasks):
             raise InvalidArgumentType("CommandReward(tasks=...): give a list of agentdescent.Task")
+        scorers = _scorer_files(directory, parts)
+        if tree is None:
+            tree = FileTree(exclude=(*DEFAULT_EXCLUDE, *scorers))
+        elif any(tree.matches(path) for path in scorers):
+            held = [path for path in scorers if tree.matches(path)]
+            raise InvalidArgument(
+                f"CommandReward(tree=...): the tree holds {', '.join(map(repr, held))}, the command's own "
+                "scorer, so a candidate could rewrite how it is scored; exclude it "
+                f"(FileTree(exclude=[..., {held[0]!r}]))")
         super().__init__(directory, timeout, sandbox, tree, cache_size, ("runs", "timeouts", "failures", "refused"))
 
     def tasks(self) -> list[Task]:
