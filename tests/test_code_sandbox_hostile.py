@@ -73,6 +73,7 @@ def wait_until_gone(marker: str, seconds: float = 10.0) -> list[int]:
 def outside() -> Path:
     """A folder outside every folder the sandbox hides (not under /tmp or a home): beside the repository."""
     folder = Path(tempfile.mkdtemp(prefix=".hostile-", dir=REPO))
+    folder.chmod(0o755)  # open to anyone, so only the sandbox's own protections stand in the way
     try:
         yield folder
     finally:
@@ -228,8 +229,12 @@ def test_the_engines_environment_is_in_no_proc_entry_the_command_can_read(monkey
 
 
 @needs_ns
-def test_named_unix_sockets_in_tmp_and_run_are_out_of_reach(tmp_path: Path) -> None:
-    paths = [tmp_path / "engine.sock"]
+@pytest.mark.parametrize("unix_sockets", [False, True], ids=["default", "unix_sockets=True"])
+def test_named_unix_sockets_are_out_of_reach(unix_sockets: bool, tmp_path: Path, outside: Path) -> None:
+    """By default no socket that could connect to a name can be made at all (seccomp); allowed,
+    those under /tmp and /run are still hidden. A socket beside the repository, mode 777, is
+    reachable only when allowed."""
+    paths = [tmp_path / "engine.sock", outside / "visible.sock"]
     if os.access("/run", os.W_OK):
         paths.append(Path("/run", f"agentdescent-hostile-{uuid.uuid4().hex[:8]}.sock"))
     servers = []
@@ -240,11 +245,13 @@ def test_named_unix_sockets_in_tmp_and_run_are_out_of_reach(tmp_path: Path) -> N
             os.chmod(path, 0o777)
             server.listen(1)
             servers.append(server)
-        run = Sandbox(timeout=20).run(python(f"""
+        run = Sandbox(timeout=20, unix_sockets=unix_sockets).run(python(f"""
             import socket
+            a, b = socket.socketpair()  # a pair (asyncio, multiprocessing) always works
+            a.sendall(b"x"); assert b.recv(1) == b"x"
             for path in {[str(p) for p in paths]!r}:
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 try:
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                     s.connect(path)
                     print("REACHED", path)
                 except OSError as exc:
@@ -256,8 +263,12 @@ def test_named_unix_sockets_in_tmp_and_run_are_out_of_reach(tmp_path: Path) -> N
         for path in paths:
             path.unlink(missing_ok=True)
     assert run.ok, run.stderr
-    assert "REACHED" not in run.stdout, run.stdout
-    assert run.stdout.count("refused") == len(paths)
+    reached = [line.split()[1] for line in run.stdout.splitlines() if line.startswith("REACHED")]
+    if unix_sockets or not platform().seccomp:
+        assert reached == [str(outside / "visible.sock")], run.stdout  # the hidden ones stay hidden
+    else:
+        assert reached == [], run.stdout
+        assert run.stdout.count("Permission denied") == len(paths)
 
 
 # --------------------------------------------------------------------------- processes

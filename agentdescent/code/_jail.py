@@ -340,6 +340,48 @@ def drop_capabilities() -> None:
                ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
 
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+# The architectures whose socket(2) number is known: (AUDIT_ARCH_..., the syscall number).
+_SOCKET_SYSCALL = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198), "riscv64": (0xC00000F3, 198)}
+
+
+def refuse_unix_sockets() -> None:
+    """A seccomp filter: ``socket(AF_UNIX, ...)`` fails with EACCES; everything else is allowed.
+
+    Named Unix sockets are the one way out of a network namespace (a socket file on a
+    shared disk, such as a database's or a container engine's). Pairs made by
+    ``socketpair`` (asyncio, multiprocessing pipes) still work: only a socket that could
+    connect to a name is refused. A system call of another architecture (a 32-bit program)
+    is refused outright, since its numbers differ.
+    """
+    machine = platform.machine()
+    if machine not in _SOCKET_SYSCALL:
+        raise Refused(f"no seccomp filter for socket(2) on {machine}")
+    arch, number = _SOCKET_SYSCALL[machine]
+    ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    allow, refuse = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EACCES
+    program = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, refuse),  # the architecture
+               (ld, 0, 0, 0), (jeq, 0, 3, number),  # socket(2)?
+               (ld, 0, 0, 16), (jeq, 0, 1, 1),  # its domain (the first argument's low word): AF_UNIX?
+               (ret, 0, 0, refuse), (ret, 0, 0, allow)]
+    filters = (_SockFilter * len(program))(*[_SockFilter(*step) for step in program])
+    prog = _SockFprog(len(program), ctypes.cast(filters, ctypes.POINTER(_SockFilter)))
+    libc = _libc()
+    if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
+                  ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        raise _fail("prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(ctypes.c_int(22), ctypes.c_ulong(2), ctypes.byref(prog), ctypes.c_ulong(0),
+                  ctypes.c_ulong(0)) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise _fail("the seccomp filter was refused")
+
+
 def set_limits(limits: dict) -> None:
     """Lower the resource limits named in ``limits`` (RLIMIT_ name without prefix -> value)."""
     for name, value in limits.items():
@@ -379,6 +421,26 @@ def install_guard(spec: dict) -> None:
 
 
 # --------------------------------------------------------------------------- the probe
+
+
+def _probe_seccomp() -> bool:
+    """Whether the Unix-socket filter can be had, tried in a forked child: socket(AF_UNIX) must then fail."""
+    import socket
+
+    child = os.fork()
+    if child == 0:
+        try:
+            refuse_unix_sockets()
+            try:
+                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+                os._exit(1)
+            except PermissionError:
+                socket.socketpair()[0].close()
+                os._exit(0)
+        except (Refused, OSError):
+            os._exit(1)
+    _, status = os.waitpid(child, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def probe() -> dict:
@@ -424,6 +486,7 @@ def probe() -> dict:
         if ruleset >= 0:
             os.close(ruleset)
             found["landlock_abi"] = abi
+    found["seccomp"] = _probe_seccomp()
     if found["euid"] == 0:
         found["caps"] = libc.prctl(ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(0), ctypes.c_ulong(0),
                                    ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0
@@ -441,6 +504,8 @@ def _become_command(config: dict, command: list[str]) -> int:
             drop_user(config["user"])
         if config.get("landlock"):
             apply_landlock(config["landlock"])
+        if config.get("unix_sockets") is False:
+            refuse_unix_sockets()
         set_limits(config.get("rlimits", {}))
     except Refused as exc:
         sys.stderr.write(f"agentdescent sandbox: {exc}\n")

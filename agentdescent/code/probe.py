@@ -43,6 +43,7 @@ class _Platform:
     ns: str | None = None  # "root" or "userns": a mount and PID namespace of its own can be had
     cgroup: tuple[str, ...] = ()  # control-group folders a sandbox can make its group under
     identity: tuple[int, int] | None = None  # uid, gid a root engine's commands run as (in the namespaces)
+    seccomp: bool = False  # a seccomp filter refusing socket(AF_UNIX) can be had
 
 
 @functools.cache
@@ -63,7 +64,8 @@ def _platform() -> _Platform:
                      rlimits=tuple(found.get("rlimits", ())),
                      nobody=_nobody() if found.get("euid") == 0 and not abi and not found.get("ns") else None,
                      ns=found.get("ns"), cgroup=tuple(found.get("cgroup") or ()),
-                     identity=_unprivileged() if found.get("euid") == 0 and found.get("ns") else None)
+                     identity=_unprivileged() if found.get("euid") == 0 and found.get("ns") else None,
+                     seccomp=bool(found.get("seccomp")))
 
 
 def _unprivileged() -> tuple[int, int]:

@@ -83,9 +83,14 @@ def secrets_sentence(box: Any, here: _Platform) -> str:
 def network_sentence(box: Any, here: _Platform) -> str:
     if box.network:
         return "not isolated: network=True lets the command reach anything the engine can"
-    sockets = ("; named Unix sockets under /tmp, /run and the homes are hidden, those elsewhere on disk "
-               "are reachable where their mode lets its user in" if here.ns else
-               " (named Unix sockets on disk are)")
+    if here.seccomp and not box.unix_sockets:
+        sockets = ("; no Unix socket that could connect to a name can be made (seccomp; socketpair works), "
+                   "so no socket file on disk is reachable")
+    elif here.ns:
+        sockets = ("; named Unix sockets under /tmp, /run and the homes are hidden, those elsewhere on disk "
+                   "are reachable where their mode lets its user in")
+    else:
+        sockets = " (named Unix sockets on disk are)"
     if here.net:
         how = "unshare(CLONE_NEWNET)" if here.net == "netns" else "a user and network namespace"
         return f"a network namespace of its own ({how}): only its own loopback, nothing outside is reachable{sockets}"

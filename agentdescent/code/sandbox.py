@@ -190,6 +190,9 @@ class Sandbox:
             limit too). None: 1024.
         max_processes: the most processes and threads the whole run may have at once (a
             control group's ``pids.max``, where the platform offers one), or None.
+        unix_sockets: let the command make Unix sockets that can connect to a name (with
+            ``network=False`` they are refused where seccomp is had, since a socket file on
+            a shared disk is a way out of the network namespace; ``socketpair`` always works).
 
     Raises:
         InvalidArgument: a knob out of range, or an ``env`` entry that looks like a secret.
@@ -201,7 +204,7 @@ class Sandbox:
                  cpu_seconds: float | None = None, file_mb: int | None = 64, max_output_chars: int = 20_000,
                  network: bool = False, env: Mapping[str, str] | None = None,
                  require_isolation: bool = False, disk_mb: int | None = 512,
-                 max_processes: int | None = 256) -> None:
+                 max_processes: int | None = 256, unix_sockets: bool = False) -> None:
         owner = "Sandbox"
         self.timeout = check_seconds(timeout, "timeout", positive=True, owner=owner,
                                      hint="the command's wall-clock limit")
@@ -220,6 +223,7 @@ class Sandbox:
                                  hint="the command's scratch space (HOME and TMPDIR) in MB; None: 1024")
         self.max_processes = check_int(max_processes, "max_processes", low=8, optional=True, owner=owner,
                                        hint="the most processes and threads a run may have at once; None for no limit")
+        self.unix_sockets = check_bool(unix_sockets, "unix_sockets", owner=owner)
         if self.require_isolation:
             self._require(_platform())
 
@@ -229,7 +233,7 @@ class Sandbox:
                 f"cpu_seconds={self.cpu_seconds}, file_mb={self.file_mb}, "
                 f"max_output_chars={self.max_output_chars}, network={self.network}{extras}, "
                 f"require_isolation={self.require_isolation}, disk_mb={self.disk_mb}, "
-                f"max_processes={self.max_processes})")
+                f"max_processes={self.max_processes}, unix_sockets={self.unix_sockets})")
 
     def _require(self, here: _Platform) -> None:
         missing = []
@@ -366,6 +370,8 @@ class Sandbox:
                         "parent": os.getpid()}
         if not self.network:
             config["net"] = here.net or ("landlock" if here.landlock_abi >= 4 else None)
+            if here.seccomp and not self.unix_sockets:
+                config["unix_sockets"] = False
         if here.ns:
             uid, gid = here.identity or (os.getuid(), os.getgid())
             config["ns"] = {"root": root, "uid": uid, "gid": gid, "userns": here.ns == "userns",
