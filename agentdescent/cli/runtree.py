@@ -7,13 +7,15 @@ tests there (`agentdescent.code.TestSuite`) and writes them as the run's tasks
 (`open_suite`) and evolve with its keyword arguments (`evolve_kwargs`): the tests are
 the tasks and the reward, the tree's files the artifact, and the model writes
 search/replace edits. ``export`` writes a version's files into a folder (`write_tree`:
-a new folder appears whole, an existing one gets each file replaced atomically) and
-``eval`` runs the suite on a version (`eval_tree`).
+a new folder appears whole, an existing one gets each file replaced atomically; only the
+paths the tree would write, `agentdescent.code.FileTree.refusals`) and ``eval`` runs the
+suite on a version (`eval_tree`).
 
 It owns what is particular to a tree run; the spec's parts are `agentdescent.cli.runspec`'s,
 the run directory's files and the output rules `agentdescent.cli.rundir`'s, parsing and the
 run's driving `agentdescent.cli.main`'s. It must not write into the user's folder, must not
-write inside the run directory but its ``tree/`` (at ``init``), and must not print secrets.
+write inside the run directory but its ``tree/`` (at ``init``; ``export`` only removes the
+staging folders killed processes left there), and must not print secrets.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -48,7 +51,7 @@ from .runlock import hold
 from .runspec import make_strategy, spec_split, tree_entry
 
 __all__ = ["DEFAULT_SUITE_TIMEOUT", "check_eval_flags", "check_flags", "copy_project", "eval_tree", "evolve_kwargs",
-           "init_tree", "open_suite", "suite_line", "write_tree"]
+           "init_tree", "open_suite", "suite_line", "sweep_staging", "writable_state", "write_tree"]
 
 #: Seconds one run of the whole suite may take (``init --suite-timeout``).
 DEFAULT_SUITE_TIMEOUT = 60.0
@@ -304,6 +307,70 @@ def suite_line(suite: TestSuite) -> str:
 # --------------------------------------------------------------------------- export and eval
 
 
+#: A staging folder's name: its prefix, the pid of the process that made it, a random tail.
+_STAGING = re.compile(r"(?P<pid>[0-9]+)-[0-9a-f]{8}\Z")
+
+
+def _alive(pid: int) -> bool:
+    """Is the process ``pid`` alive (as far as this process can tell)?"""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def sweep_staging(folder: Path, prefix: str) -> list[str]:
+    """Remove the staging folders ``folder/PREFIX<pid>-<hex>`` whose process is gone; return their names.
+
+    A process killed while it wrote a tree (``init``'s ``RUN/.tree.tmp-...``, ``export``'s
+    ``.OUT.tmp-...`` beside its output) leaves its half-written folder behind; the next
+    ``export`` removes it. A folder whose process is alive is left alone (it is still
+    being written), and so is anything that is not a folder.
+    """
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        match = _STAGING.match(name[len(prefix):]) if name.startswith(prefix) else None
+        if match is None or _alive(int(match.group("pid"))):
+            continue
+        path = folder / name
+        if path.is_symlink() or not path.is_dir():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            removed.append(name)
+    return removed
+
+
+def writable_state(state: Mapping[str, str], tree: FileTree, run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The files of ``state`` export may write, and those it may not, each with why.
+
+    The paths are checked as the tree checks an edit's (`agentdescent.code.FileTree.refusals`),
+    against the files the run's copy of the project (``RUN_DIR/tree``) started with: a
+    state stored by an older version may hold a path the tree now refuses (a hidden
+    folder, a virtual environment, a name shadowing the runner or a module), which is
+    never written.
+    """
+    copy = run_dir / "tree"
+    initial: dict[str, str] | None = None
+    if copy.is_dir():
+        try:
+            initial = tree.scan(copy)[0]
+        except InvalidArgument:
+            initial = None  # a copy the tree cannot read: every path is checked on its own
+    refused = tree.refusals(state, initial=initial, base=copy if copy.is_dir() else None)
+    good = {p: v for p, v in state.items() if p not in refused}
+    return good, {p: f"{e.reason}: {one_line(e, 240)}" for p, e in refused.items()}
+
+
 def write_tree(out: Path, state: Mapping[str, str], tree: FileTree, run_dir: Path, *, existed: bool) -> list[str]:
     """Write the tree ``state`` into the folder ``out`` (checked by `agentdescent.cli.rundir.check_output_dir`).
 
@@ -312,7 +379,9 @@ def write_tree(out: Path, state: Mapping[str, str], tree: FileTree, run_dir: Pat
     it (``--force``) gets each file replaced atomically (its permissions kept), the
     other files left as they are; a path there that is not a regular file, or that
     leads out of ``out`` or into the run directory, is refused before any file is
-    replaced.
+    replaced. A path the tree would not write (`writable_state`) is skipped, and said on
+    standard output; it is never written. First, the staging folders killed processes
+    left beside ``out`` and in the run directory are removed (`sweep_staging`).
 
     Returns:
         The relative paths written.
@@ -321,6 +390,15 @@ def write_tree(out: Path, state: Mapping[str, str], tree: FileTree, run_dir: Pat
         UsageError: such a path, or the folder cannot be written.
     """
     out = Path(os.path.abspath(out))
+    swept = sweep_staging(out.parent, f".{out.name}.tmp-")
+    if (run_dir / "tree").is_dir():  # else a .tree.tmp- may be the only copy left: init's to sort out
+        swept += sweep_staging(run_dir, ".tree.tmp-") + sweep_staging(run_dir, ".tree.old-")
+    if swept:
+        print(f"removed {len(swept)} staging folder(s) left by killed processes: {', '.join(swept[:3])}"
+              + (f" and {len(swept) - 3} more" if len(swept) > 3 else ""))
+    state, skipped = writable_state(state, tree, run_dir)
+    for path, why in skipped.items():
+        print(f"not written: {path[:200]!r} ({why})")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = _new_folder(out)

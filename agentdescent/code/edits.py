@@ -12,8 +12,10 @@ This module owns the proposal format of `agentdescent.code.FileTree`, parsed str
 
 Prose around the blocks is ignored. A marker out of order, a block without its path, or a
 fence never closed is refused (`agentdescent.errors.EditRefused`, ``reason="malformed"``);
-a reply with no block at all is refused with ``reason="no_edit"``. Whether a path may be
-edited, and whether the edits apply, is the tree's business (`agentdescent.code.tree`).
+a reply with no block at all is refused with ``reason="no_edit"``. A path is kept as the
+reply wrote it: whether it may be edited is decided once, by the tree
+(`agentdescent.code.FileTree.check_path`, the rules of `agentdescent.code.paths`), and so is
+whether the edits apply (`agentdescent.code.tree`).
 
 Pure text processing: it must not touch files, the ledger or a model.
 """

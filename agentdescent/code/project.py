@@ -6,6 +6,10 @@ everything else (the tests, data, configuration) is copied once into a temporary
 which each sandboxed run then copies again with a state's files written over it. The
 user's folder is never written. The copy is removed by `ProjectCopy.close`, or when the
 object is collected.
+
+The tree is told where its files are written over (``FileTree.base``, the copy), so an
+edit that would pass through a symlink of the project, through one of its files, or over
+one of its folders is refused when it is proposed, not when a sandbox writes it.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ class ProjectCopy:
         directory: the project folder, resolved.
         initial: the tree's state as the folder holds it.
         skipped: files the tree matched but left out, with why (`FileTree.scan`).
-        base: the copy without the tree's files (give it as ``Sandbox.run(base=...)``).
+        base: the copy without the tree's files (give it as ``Sandbox.run(base=...)``);
+            also set as ``tree.base``, what the tree's edits are checked against (a tree
+            given to a second project is checked against the later one's copy).
 
     Raises:
         InvalidArgument: ``directory`` is not a folder, or none of its files is in the tree.
@@ -59,6 +65,7 @@ class ProjectCopy:
 
         self.base = root / "project"
         shutil.copytree(self.directory, self.base, symlinks=True, ignore=ignore)
+        tree.base = self.base
 
     def close(self) -> None:
         """Remove the copy (also done when the object is collected)."""
