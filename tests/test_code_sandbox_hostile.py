@@ -444,3 +444,20 @@ def test_without_landlock_the_identity_is_still_dropped_and_nothing_outside_writ
     assert "WROTE-OUTSIDE" not in run.stdout
     assert not Path("/tmp", marker).exists()  # a private /tmp: what it wrote there went with it
     assert list(outside.iterdir()) == []
+
+
+def test_the_sweep_removes_what_dead_owners_left_and_nothing_else(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentdescent.code import roots
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(roots, "_swept", __import__("threading").Event())
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = int(dead.stdout)
+    left = [tmp_path / f"agentdescent-sandbox-{gone}-1-abc", tmp_path / f"agentdescent-project-{gone}-1-def"]
+    kept = [tmp_path / f"{roots._owner_prefix()}live", tmp_path / f"{roots._owner_prefix(roots._PROJECT_PREFIX)}live",
+            tmp_path / "agentdescent-sandbox-old-style", tmp_path / "unrelated"]
+    for folder in left + kept:
+        (folder / "sub").mkdir(parents=True)
+    assert Sandbox(timeout=20).run(["true"]).ok
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in kept)

@@ -5,7 +5,8 @@ tree's files are loaded as the starting state (`agentdescent.code.FileTree.scan`
 everything else (the tests, data, configuration) is copied once into a temporary folder,
 which each sandboxed run then copies again with a state's files written over it. The
 user's folder is never written. The copy is removed by `ProjectCopy.close`, or when the
-object is collected.
+object is collected; it is named after its owner process, so that if the owner is killed
+the next process to run a sandbox sweeps it (`agentdescent.code.roots`).
 
 The tree is told where its files are written over (``FileTree.base``, the copy), so an
 edit that would pass through a symlink of the project, through one of its files, or over
@@ -21,6 +22,7 @@ import weakref
 from pathlib import Path
 
 from ..errors import InvalidArgument
+from .roots import _PROJECT_PREFIX, _owner_prefix, _remove_tree
 from .tree import SKIPPED_DIRS, FileTree
 
 __all__ = ["ProjectCopy"]
@@ -55,8 +57,8 @@ class ProjectCopy:
             raise InvalidArgument(
                 f"{owner}({str(self.directory)!r}): no file of the folder matches the tree (include="
                 f"{list(tree.include)}, exclude={list(tree.exclude)}); give tree=FileTree(include=...)")
-        root = Path(tempfile.mkdtemp(prefix="agentdescent-project-"))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(root), True)
+        root = Path(tempfile.mkdtemp(prefix=_owner_prefix(_PROJECT_PREFIX)))  # swept if its owner dies
+        self._finalizer = weakref.finalize(self, _remove_tree, str(root))
         evolving = set(self.initial)
 
         def ignore(folder: str, names: list[str]) -> set[str]:

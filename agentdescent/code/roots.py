@@ -29,6 +29,7 @@ from .probe import _Platform
 __all__: list[str] = []
 
 _PREFIX = "agentdescent-sandbox-"
+_PROJECT_PREFIX = "agentdescent-project-"  # a reward's copy of its project (`agentdescent.code.project`)
 _READ_BACK_BYTES = 5 * 1024 * 1024
 _EXACT_OUTPUT_BYTES = 8 * 1024 * 1024
 
@@ -45,14 +46,14 @@ def _start_time(pid: int) -> str:
         return "0"
 
 
-def _owner_prefix() -> str:
-    """The name a root starts with: the prefix, then its owner's process id and start time."""
-    return f"{_PREFIX}{os.getpid()}-{_start_time(os.getpid())}-"
+def _owner_prefix(prefix: str = _PREFIX) -> str:
+    """The name a root starts with: ``prefix``, then its owner's process id and start time."""
+    return f"{prefix}{os.getpid()}-{_start_time(os.getpid())}-"
 
 
-def _owner_alive(name: str) -> bool:
+def _owner_alive(name: str, prefix: str = _PREFIX) -> bool:
     """Is the process that made the root or group ``name`` still running? (Unknown names: yes.)"""
-    parts = name[len(_PREFIX):].split("-")
+    parts = name[len(prefix):].split("-")
     if len(parts) < 3 or not parts[0].isdigit():
         return True  # not named by this version: not ours to judge
     pid, started = int(parts[0]), parts[1]
@@ -69,24 +70,27 @@ _swept = threading.Event()
 
 
 def _sweep_once(here: _Platform) -> None:
-    """Once per process: remove the roots and control groups of sandboxes whose owner is dead.
+    """Once per process: remove the roots, project copies and control groups whose owner is dead.
 
     A driver killed with SIGKILL takes its commands along (parent-death signal, PID
-    namespace) but cannot remove their roots; the next process to run a sandbox does.
+    namespace) but cannot remove their roots, nor its rewards' copies of their projects;
+    the next process to run a sandbox does.
     """
     if _swept.is_set():
         return
     _swept.set()
-    folders = [tempfile.gettempdir()] + [os.path.join(base, "agentdescent") for base in here.cgroup]
-    for folder in folders:
+    temporary = tempfile.gettempdir()
+    places = [(temporary, _PREFIX, False), (temporary, _PROJECT_PREFIX, False)]
+    places += [(os.path.join(base, "agentdescent"), _PREFIX, True) for base in here.cgroup]
+    for folder, prefix, group in places:
         try:
-            names = [n for n in os.listdir(folder) if n.startswith(_PREFIX)]
+            names = [n for n in os.listdir(folder) if n.startswith(prefix)]
         except OSError:
             continue
         for name in names:
-            if not _owner_alive(name):
+            if not _owner_alive(name, prefix):
                 path = os.path.join(folder, name)
-                if folder in folders[1:]:
+                if group:
                     with contextlib.suppress(OSError):
                         os.rmdir(path)
                 else:
