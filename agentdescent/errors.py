@@ -133,7 +133,12 @@ class EditRefused(ContractError):
         message: what did not apply and why, naming the path and the block.
         path: the file the edit was for, when known.
         reason: a short kind: ``"not_found"``, ``"ambiguous"``, ``"outside"``,
-            ``"excluded"``, ``"malformed"``, ``"no_edit"``, ``"too_big"``.
+            ``"excluded"``, ``"malformed"``, ``"no_edit"``, ``"too_big"``; for a file
+            tree's paths (`agentdescent.code.paths`) also ``"control"``, ``"too_long"``,
+            ``"hidden"``, ``"ignored"``, ``"shadowing"``, ``"through_file"``,
+            ``"names_folder"``, ``"symlink"``, ``"untracked"``, ``"unchecked"``; and
+            ``"machinery"`` for code that reaches into the test runner
+            (`agentdescent.code.machinery`).
     """
 
     def __init__(self, message: str, *, path: str | None = None, reason: str = "malformed") -> None:
