@@ -322,3 +322,16 @@ def test_a_run_whose_proposer_writes_only_hostile_replies_goes_on_and_counts_the
         assert not list((project.parent / "outside").iterdir())
     finally:
         suite.close()
+
+
+def test_a_module_written_at_run_time_and_imported_is_machinery() -> None:
+    """Writing code into TMPDIR and importing it from there slips past a scan of the text alone."""
+    from agentdescent.code.machinery import scan
+
+    dropped = ("import base64, os, sys\n"
+               "open(os.path.join(os.environ['TMPDIR'], 'm.py'), 'w').write(base64.b64decode('cHJpbnQoMSk=').decode())\n"
+               "sys.path.insert(0, os.environ['TMPDIR'])\nimport m\n")
+    assert [f.what for f in scan(dropped)] == ["sys.path"]
+    assert [f.what for f in scan("from sys import path as p\np.append('/x')\n")] == ["sys.path"]
+    assert [f.what for f in scan("import site\nsite.addsitedir('/x')\n")] == ["import site"]
+    assert scan("import sys\nprint(sys.platform, sys.version_info)\n") == []

@@ -22,7 +22,8 @@ What is found (each a `Finding`: what, the line, why it matters):
   level (outside functions and outside ``if __name__ == "__main__":``);
 - the interpreter's insides: ``sys._getframe``, ``sys._current_frames``, ``sys.settrace``,
   ``sys.setprofile`` (and ``threading``'s), ``sys.modules``, ``sys.addaudithook``,
-  ``sys.meta_path``, ``sys.path_hooks``, assigning ``sys.stdout``/``sys.stderr``;
+  ``sys.meta_path``, ``sys.path_hooks``, ``sys.path`` (a module written at run time, then
+  imported), ``site``, ``imp``, ``zipimport``, ``pkgutil``, assigning ``sys.stdout``/``sys.stderr``;
 - code built at run time: ``__import__``, ``exec``, ``eval``, ``compile`` (the builtins,
   not ``re.compile``), ``types.FunctionType``/``CodeType``; ``getattr``/``setattr``/
   ``delattr``, ``operator.attrgetter``/``methodcaller`` with a name that is not a literal
@@ -83,6 +84,7 @@ MODULES = {
     "inspect": "frames and the runner's objects", "faulthandler": "the process's crash handling",
     "importlib": "the import system", "builtins": "the builtins every module shares",
     "signal": "signal handlers and the process's end",
+    **dict.fromkeys(("site", "imp", "zipimport", "pkgutil"), "imports code from where the tree does not say"),
     **dict.fromkeys(("code", "codeop", "runpy", "pickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle",
                      "timeit", "pdb", "bdb", "doctest", "cProfile", "profile", "trace"),
                     "runs code hidden in text or data"),
@@ -103,6 +105,8 @@ SYS_ATTRS = {
     "settrace": "traces the runner's code", "setprofile": "traces the runner's code",
     "modules": "reaches every loaded module, the runner's too", "addaudithook": "hooks the interpreter",
     "meta_path": "hooks every later import", "path_hooks": "hooks every later import",
+    "path": "imports code from where the tree does not say (a module written at run time)",
+    "path_importer_cache": "hooks every later import",
 }
 _SYS_EXIT = "ends the process at import, before the runner reports"
 _SYS_STREAM = "replaces the process's output, where results are read"
