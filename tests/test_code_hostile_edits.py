@@ -335,3 +335,22 @@ def test_a_module_written_at_run_time_and_imported_is_machinery() -> None:
     assert [f.what for f in scan("from sys import path as p\np.append('/x')\n")] == ["sys.path"]
     assert [f.what for f in scan("import site\nsite.addsitedir('/x')\n")] == ["import site"]
     assert scan("import sys\nprint(sys.platform, sys.version_info)\n") == []
+
+
+def test_a_flagged_diff_shows_what_reaches_the_runner_in_its_decision_record() -> None:
+    """machinery="flag" accepts the edit; the decision record (rounds.jsonl, the report) says what it reaches."""
+    from agentdescent.cli.explain import decision_record
+    from agentdescent.types import MergeOutcome, MergeReport
+
+    tree = FileTree(machinery="flag")
+    state = {"calc.py": "def add(a, b):\n    return a - b\n"}
+    reply = ("calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    import os\n    os._exit(0)\n"
+             ">>>>>>> REPLACE\n")
+    diff = tree.to_diff(state, reply, "w0", 0, "code")
+    assert diff is not None and tree.flags(diff.diff_id)
+    record = decision_record(MergeReport("code", MergeOutcome.COMMITTED, accepted=diff, reason="committed"))
+    assert [line.split(" (")[0] for line in record["machinery"]] == ["calc.py line 3: os._exit"]
+    honest = tree.to_diff(state, reply.replace("    import os\n    os._exit(0)\n", "    return a + b\n"),
+                          "w0", 0, "code")
+    assert "machinery" not in decision_record(MergeReport("code", MergeOutcome.COMMITTED, accepted=honest,
+                                                          reason="committed"))

@@ -68,17 +68,49 @@ def _op_line(key: str, value: str | None) -> str:
     return _text(value, 300)
 
 
+def _machinery_lines(diff: Any) -> list[str]:
+    """What a code diff's Python edits add that reaches into the test runner (`agentdescent.code.machinery`).
+
+    An edited file's findings are those it has that the file before its edits had not (the
+    file before is the written one with each replacement undone); a new or wholly replaced
+    file's are all of its own. Empty for any other artifact.
+    """
+    from ..code.machinery import new_findings, scan  # only for a code diff's .py paths
+
+    lines = []
+    for key, value in sorted(diff.ops.items()):
+        if not (isinstance(key, str) and key.endswith(".py") and isinstance(value, str)):
+            continue
+        pairs = (getattr(diff, "edits", None) or {}).get(key)
+        if pairs:  # the file before: each replacement undone, last first
+            before = value
+            for search, replace in reversed(pairs):
+                before = before.replace(replace, search, 1)
+            found = new_findings(value, before)
+        else:
+            found = scan(value)
+        lines += [f"{key} {finding}" for finding in found]
+    return lines
+
+
 def decision_record(report: MergeReport) -> dict[str, Any]:
-    """One merge decision, JSON-ready: outcome, reason, the candidate's text and the paired test's numbers."""
+    """One merge decision, JSON-ready: outcome, reason, the candidate's text and the paired test's numbers.
+
+    A code candidate whose edits reach into the test runner (a tree with
+    ``machinery="flag"`` accepts them) also carries ``"machinery"``: one line per finding.
+    """
     candidate: list[str] = []
+    machinery: list[str] = []
     if report.accepted is not None:
         for key, value in sorted(report.accepted.ops.items()):
             candidate.append(_op_line(key, value))
+        machinery = _machinery_lines(report.accepted)
     return {
         "artifact_id": report.artifact_id, "outcome": report.outcome.value, "reason": report.reason,
         "fused": report.fused, "considered": report.considered, "candidate": candidate,
         "committed_version": report.committed_version, "feedback": list(report.feedback),
         "evidence": dict(report.evidence) if report.evidence is not None else None,
+        **({"machinery": machinery} if machinery else {}),
     }
 
 

@@ -248,6 +248,9 @@ def _commits(states: Mapping[int, Mapping[str, str]], strategy: Any, decisions: 
             added = [str(line) for line in d.get("candidate") or [] if isinstance(line, str)]
             if added:
                 meta.append(("what it wrote", "<br>".join(_e(line) for line in added[:12])))
+            reached = [str(line) for line in d.get("machinery") or [] if isinstance(line, str)]
+            if reached:
+                meta.append(("reaches the test runner", "<br>".join(_e(line) for line in reached[:12])))
             meta += [("reason", _e(d.get("reason") or "") or NOT_RECORDED), ("evidence", _evidence(d.get("evidence"))),
                      ("cards considered", _n(d.get("considered"))), ("fused", "yes" if d.get("fused") else "no")]
         else:
