@@ -201,16 +201,28 @@ def _project(tmp_path: Path, hang_in: str) -> Path:
     return project
 
 
-#: Writes the pid and process group of the suite into its sandbox's folder, then hangs (bounded).
-HANG = """\
-import os
+#: Names the suite's process (what /proc/PID/comm shows) so the host can find it, then hangs
+#: (bounded). The suite can write nothing the host sees (its work folder is read-only, its
+#: scratch space a tmpfs of its own) and its process ids are its PID namespace's.
+HANG_NAME = "agdsuitehangs"
+HANG = f"""\
+import ctypes
 import time
 
-with open("suite.pid.tmp", "w") as f:
-    f.write(f"{os.getpid()} {os.getpgid(0)}")
-os.rename("suite.pid.tmp", "suite.pid")
+ctypes.CDLL(None).prctl(15, b"{HANG_NAME}", 0, 0, 0)  # PR_SET_NAME
 time.sleep(60)  # bounded: a suite left behind by a failing command still ends
 """
+
+
+def _hanging_suites() -> list[int]:
+    """Host process ids of the suites that reached the hang."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{entry}/comm").read_text().strip() == HANG_NAME:
+                    found.append(int(entry))
+    return found
 
 
 def _sigterm_while_the_suite_hangs(proc: subprocess.Popen, temp: Path) -> str:
@@ -219,12 +231,12 @@ def _sigterm_while_the_suite_hangs(proc: subprocess.Popen, temp: Path) -> str:
     Returns:
         The one line the command wrote.
     """
-    found: list[Path] = []
+    found: list[int] = []
     pgid = None
     try:
-        _wait_for(proc, lambda: found.extend(temp.glob("agentdescent-sandbox-*/work/suite.pid")) or found,
-                  "the suite hanging")
-        pid, pgid = map(int, found[0].read_text().split())
+        _wait_for(proc, lambda: found.extend(_hanging_suites()) or found, "the suite hanging")
+        pid = found[0]
+        pgid = os.getpgid(pid)
         assert pid in _alive_in_group(pgid)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=WAIT)
