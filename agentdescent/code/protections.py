@@ -24,12 +24,12 @@ def filesystem_sentence(box: Any, here: _Platform) -> str:
     abi = here.landlock_abi
     parts = []
     if here.ns:
-        kept = ("root's, in folders anyone may add to but only an owner remove from" if here.identity
-                else "on a read-only mount, but for the folders of read-back files")
+        kept = "root's, folders and files" if here.identity else "a read-only mount"
         parts.append("a mount namespace of its own: everything outside the sandbox's folder is read-only "
                      "(no write, rename, chmod, utime or attribute change outside it); /tmp, /var/tmp, /run "
                      "and the homes are empty there (the interpreter and its packages bound back, read-only), "
-                     f"/sys is hidden; work/'s files cannot be changed ({kept}), new files may be added; "
+                     f"/sys is hidden; in work/ ({kept}) the command writes only its read-back files, "
+                     "nothing it was given; "
                      f"HOME and TMPDIR are a private tmpfs of {box.disk_mb or 1024} MB")
     if abi:
         shm = ("a private /dev/shm of its own" if here.shm or here.ns else
