@@ -280,18 +280,18 @@ class Sandbox:
 
         The root is removed afterwards, whatever happened. ``stdout``/``stderr`` go to
         files (never pipes), so a command that prints a lot cannot block. Where the platform
-        has them (`protections` says), the files of ``work/`` are not the command's to
-        change: it may add files there (a read-back file, say) but not change, rename or
-        remove those it was given.
+        has namespaces (`protections` says), ``work/`` is not the command's to change: it
+        writes its read-back files there and nothing else (its scratch is HOME and TMPDIR).
 
         Args:
             command: the program and its arguments, e.g. ``[sys.executable, "-m", "pytest"]``.
             tree: files to write into ``work/`` (relative POSIX path -> text), over ``base``.
             base: a directory copied into ``work/`` first (without ``.git``, ``__pycache__``,
                 ``.pytest_cache``, ``*.pyc``, virtualenvs and ``node_modules``).
-            read_back: files (relative to ``work/``) to return in `SandboxRun.files`. Run
-                by a user other than root, a command can write them only inside a folder
-                (``out/result.json``), since ``work/`` itself is read-only then.
+            read_back: files (relative to ``work/``) to return in `SandboxRun.files`. In
+                namespaces they are the only files of ``work/`` the command may write: each
+                not given is made empty beforehand, its own, and one it never wrote reads
+                back as missing.
             timeout: this run's wall-clock limit in seconds (None: the sandbox's).
             env: extra environment variables for this run only, over the sandbox's own
                 ``env`` (checked the same way: no secrets, nothing that moves HOME or TMPDIR).
