@@ -23,8 +23,9 @@ another class) or a hook of the project's own files (not a ``conftest.py``) wrap
 reports, it writes a ``{"n": ..., "seq": K, "tampered": "what"}`` record at once; the
 channel is append-only, so nothing can take it back.
 
-No compiled file is read (``sys.pycache_prefix`` points where no folder can be), so a
-``.pyc`` planted in a ``__pycache__`` cannot stand in for a test or a module.
+No compiled file under the working folder is read (those of the standard library and
+site-packages are), so a ``.pyc`` planted in a ``__pycache__`` of the project cannot stand
+in for a test or a module.
 
 ``-I`` also makes Python ignore ``PYTHONHASHSEED`` (and the other ``PYTHON*`` variables the
 sandbox sets for reproducible runs): when one of those is set, the runner first re-executes
@@ -108,13 +109,30 @@ def _scrub_path() -> list[str]:
     return taken
 
 
+def _refuse_compiled_files_of_the_project() -> None:
+    """No compiled file under the working folder is read: a .pyc planted beside a test would stand in for it.
+
+    Those of the standard library and of site-packages are still read (compiling them
+    afresh would cost more than the whole suite); the project's are compiled from source.
+    """
+    import importlib.machinery
+
+    work = os.path.realpath(os.getcwd()) + os.sep
+    read = importlib.machinery.SourceFileLoader.get_data
+
+    def get_data(self: importlib.machinery.SourceFileLoader, path: str) -> bytes:
+        if str(path).endswith(".pyc") and os.path.realpath(path).startswith(work):
+            raise OSError(f"{path}: the project's compiled files are not read")
+        return read(self, path)
+
+    importlib.machinery.SourceFileLoader.get_data = get_data  # type: ignore[method-assign]
+
+
 if __name__ == "__main__":
     _reexec_honouring_the_environment()
     _NONCE, _CHANNEL = _take_channel()
     _TAKEN = _scrub_path()
-    # No compiled file is ever read back: a .pyc planted beside a test would stand in for it.
-    # The prefix lies under a file, so no folder of that name can exist, nor be made.
-    sys.pycache_prefix = os.path.join(os.devnull, "agentdescent-no-pycache")
+    _refuse_compiled_files_of_the_project()
 
 import contextlib  # noqa: E402 - after the channel and the path: nothing of the tree can stand in for these
 import functools  # noqa: E402
@@ -363,8 +381,18 @@ class Reporter:
         self._emit({"end": True, "exitstatus": self.ended, "counts": dict(self._counts)})
 
 
+def _never_read_a_rewritten_pyc(*args: object, **kwargs: object) -> None:
+    """pytest's reader of its cached, assertion-rewritten test modules, replaced: nothing is cached."""
+    return None
+
+
 def main(argv: list[str]) -> int:
     """Run pytest with ``argv`` and the reporter; the exit status pytest gives."""
+    import _pytest.assertion.rewrite
+
+    # A test module is always rewritten from its source, never read back from a planted
+    # pytest .pyc (with PYTHONDONTWRITEBYTECODE none is written, so nothing is lost).
+    _pytest.assertion.rewrite._read_pyc = _never_read_a_rewritten_pyc  # type: ignore[assignment]
     reporter = Reporter(_NONCE, _CHANNEL)
     code = int(pytest.main(argv, plugins=[reporter]))
     for stream in (sys.stdout, sys.stderr):
