@@ -69,10 +69,22 @@ def wait_until_gone(marker: str, seconds: float = 10.0) -> list[int]:
     return alive
 
 
+def _visible_place() -> Path:
+    """A writable folder the sandbox does not hide (not under /tmp, /run, a home or TMPDIR)."""
+    from agentdescent.code.view import _hidden_folders, _inside
+
+    hidden = _hidden_folders()
+    for place in ("/srv", "/opt", "/var/lib", "/mnt", str(REPO)):
+        real = os.path.realpath(place)
+        if os.path.isdir(real) and os.access(real, os.W_OK) and not any(_inside(real, h) for h in hidden):
+            return Path(real)
+    pytest.skip("no writable folder outside those the sandbox hides")
+
+
 @pytest.fixture
 def outside() -> Path:
-    """A folder outside every folder the sandbox hides (not under /tmp or a home): beside the repository."""
-    folder = Path(tempfile.mkdtemp(prefix=".hostile-", dir=REPO))
+    """A folder outside every folder the sandbox hides, so only its other protections stand in the way."""
+    folder = Path(tempfile.mkdtemp(prefix=".agentdescent-hostile-", dir=_visible_place()))
     folder.chmod(0o755)  # open to anyone, so only the sandbox's own protections stand in the way
     try:
         yield folder
