@@ -4,7 +4,8 @@ This module owns the one rule for the environment a program the package starts s
 (`scrubbed_environment`: of the engine's variables only ``PATH``, ``LANG``, ``LC_ALL`` and
 ``TZ``, so no API key; ``HOME`` and ``TMPDIR`` pointing into a folder of the run's own) and
 how such a program's whole process group is waited for and killed (`wait_exit`,
-`kill_group`). The sandbox of `agentdescent.code` and the command-line agent of
+`kill_group`), and whether a process on this host still runs (`process_alive`: a run
+directory's driver, a lease's holder, a sandbox root's owner). The sandbox of `agentdescent.code` and the command-line agent of
 `agentdescent.agents` both start programs this way, so the rule is written once, here.
 
 It must not start a process itself, must not read a variable of ``os.environ`` but those
@@ -19,7 +20,7 @@ import select
 import signal
 import subprocess
 
-__all__ = ["FIXED_VARIABLES", "PASSED_VARIABLES", "kill_group", "scrubbed_environment", "wait_exit"]
+__all__ = ["FIXED_VARIABLES", "PASSED_VARIABLES", "kill_group", "process_alive", "scrubbed_environment", "wait_exit"]
 
 #: The engine's environment variables a child program sees; every other one is dropped.
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "TZ")
@@ -76,3 +77,24 @@ def kill_group(pgid: int) -> None:
     """SIGKILL the process group ``pgid`` (a program started with ``start_new_session=True``); gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
         os.killpg(pgid, signal.SIGKILL)
+
+
+def process_alive(pid: object) -> bool:
+    """Whether process ``pid`` on this host still runs (another user's counts; a zombie does not).
+
+    Not a positive int: False. Where it cannot be told (an error other than "no such
+    process"), True: a caller about to remove what the process owns must not.
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's (PermissionError), or unknown: alive
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): the signal said it exists

@@ -542,6 +542,22 @@ def run_evolve(kwargs: dict[str, Any], reply: str, rounds: int = 1, **extra: Any
     return result, seen, ended
 
 
+def armed_suite(b: Bench) -> TestSuite:
+    """The case's project as a TestSuite, its tests discovered, the bench's watch over changes armed."""
+    suite = b.suite(b.project(b.case))
+    suite.tasks()
+    b.arm(suite.project.base)
+    return suite
+
+
+def evolve_hostile(out: Outcome, suite: TestSuite, hostile: dict[str, str], rounds: int = 1) -> Any:
+    """`run_evolve` on ``suite`` with a proposer writing ``hostile``; what it showed and how it ended go into ``out``."""
+    result, seen, ended = run_evolve(suite.evolve_kwargs(), reply_for(hostile), rounds=rounds)
+    out.texts += seen
+    out.ended = ended
+    return result
+
+
 def committed(result: Any, files: dict[str, str]) -> bool:
     return result is not None and result.version > 1 and all(result.state.get(p) == t for p, t in files.items())
 
@@ -618,9 +634,7 @@ def forged_case(files: Callable[[Bench], dict[str, str]], control: bool = True,
         out = Outcome()
         hostile = files(b)
         state = {"calc.py": BUG, **hostile}
-        suite = b.suite(b.project(b.case))
-        suite.tasks()
-        b.arm(suite.project.base)
+        suite = armed_suite(b)
         try:
             run = suite.results(state)
         except Exception as exc:
@@ -1041,13 +1055,9 @@ def sockets_body(labels: tuple[str, ...]) -> Callable[[Bench], str]:
 def p_daemon(b: Bench) -> Outcome:
     """calc.py double-forks a setsid daemon during the suite run; the run goes through evolve."""
     out = Outcome()
-    suite = b.suite(b.project(b.case))
-    suite.tasks()
-    b.arm(suite.project.base)
+    suite = armed_suite(b)
     hostile = {"calc.py": P.PROBE_HEAD + P.wrap(P.fill(P.DAEMON, MARK=b.mark)) + P.PROBE_TAIL}
-    result, seen, ended = run_evolve(suite.evolve_kwargs(), reply_for(hostile))
-    out.texts += seen
-    out.ended = ended
+    result = evolve_hostile(out, suite, hostile)
     out.notes.append(f"evolve ran {len(result.history) if result else '?'} round(s); the daemon was started in "
                      f"{suite.stats()['suite_runs']:.0f} suite run(s)")
     return out
@@ -1161,14 +1171,10 @@ def endrun_case(path: str, content: str, tree: Callable[[], FileTree | None] = l
 def nested_case(b: Bench) -> Outcome:
     """calc.py makes 1,500 nested folders in work/ during the suite run; the run goes through evolve."""
     out = Outcome()
-    suite = b.suite(b.project(b.case))
-    suite.tasks()
-    b.arm(suite.project.base)
+    suite = armed_suite(b)
     hostile = {"calc.py": P.PROBE_HEAD + P.wrap(P.fill(P.NESTED, DEPTH=1500, HOSTILE=False, ESCAPE="")) + P.PROBE_TAIL}
     started = time.monotonic()
-    result, seen, ended = run_evolve(suite.evolve_kwargs(), reply_for(hostile), rounds=2)
-    out.texts += seen
-    out.ended = ended
+    result = evolve_hostile(out, suite, hostile, rounds=2)
     said = suite.results(hostile).outcomes[ADD_TESTS[0]].message  # cached: the run evolve made
     m = re.search(r"nested (\d+)", said)
     out.notes.append(f"evolve: {len(result.history) if result else '?'} round(s) in {time.monotonic() - started:.1f} s, "

@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 import uuid
@@ -29,59 +28,16 @@ from agentdescent.code import sandbox as sandbox_module
 from agentdescent.code.sandbox import Sandbox, SandboxRun
 from agentdescent.errors import InvalidArgument, InvalidArgumentType, SandboxUnavailable
 
+from .sandbox_processes import python, running_with, sleeper
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the sandbox's isolation tests need Linux (Landlock, namespaces)")
 
 SECRET = "sk-test-SECRET-5f3a9c"
 
 
-def python(script: str) -> list[str]:
-    return [sys.executable, "-c", textwrap.dedent(script)]
-
-
 def landlock_abi() -> int:
     return sandbox_module._platform().landlock_abi
-
-
-def running_with(marker: str) -> list[int]:
-    """Host processes (not zombies) whose command line holds ``marker``.
-
-    A sandboxed command sees its own PID namespace, so the ids it prints are not the host's:
-    its processes are found by a marker in their arguments instead.
-    """
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state not in ("Z", "X"):
-            found.append(int(entry))
-    return found
-
-
-def sleeper(marker: str) -> str:
-    """Python source starting a 300 s sleeper whose arguments carry ``marker``."""
-    return (f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}])")
-
-
-def dead(pid: int) -> bool:
-    """The process is gone, or a zombie: killed, its exit status not yet collected.
-
-    An orphan is handed to pid 1, which collects its status when it gets to it (on this
-    machine's init, up to seconds later), so "not running" is what can be asserted.
-    """
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
 
 
 def test_runs_in_work_with_base_copied_tree_written_and_files_read_back(tmp_path: Path) -> None:
@@ -387,15 +343,10 @@ def test_read_back_does_not_follow_a_link_out_of_the_tree(tmp_path: Path) -> Non
     outside = tmp_path / "private.txt"
     outside.write_text("not for the sandbox")
     run = Sandbox(timeout=20).run(python(f"""
-        import os
-        try:  # where work/ is not the command's, it cannot even try
+        import contextlib, os
+        with contextlib.suppress(OSError):  # where work/ is not the command's, it cannot even try
             os.remove("leak.txt")
-        except OSError:
-            pass
-        try:
             os.symlink({str(outside)!r}, "leak.txt")
-        except OSError:
-            pass
     """), read_back=["leak.txt"])
     assert run.ok, run.stderr
     assert run.files == {}
@@ -406,17 +357,13 @@ def test_output_and_read_back_never_follow_links_the_command_planted(tmp_path: P
     outside.mkdir()
     (outside / "note.txt").write_text("PRIVATE-MARKER")
     run = Sandbox(timeout=20).run(python(f"""
-        import os
+        import contextlib, os
         print("printed")
-        try:  # where the command is not the root's owner, it cannot even try
+        with contextlib.suppress(OSError):  # where the command is not the root's owner, it cannot even try
             os.remove("../stdout")
             os.symlink({str(outside / "note.txt")!r}, "../stdout")
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             os.symlink({str(outside)!r}, "linked")
-        except OSError:
-            pass
     """), read_back=["linked/note.txt"])
     assert run.ok, run.stderr
     assert run.stdout == "printed\n"

@@ -28,11 +28,9 @@ from agentdescent.code import Sandbox
 from agentdescent.code import probe as probe_module
 from agentdescent.code import sandbox as sandbox_module
 
+from .sandbox_processes import python, running_with, wait_until_gone
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def python(script: str) -> list[str]:
-    return [sys.executable, "-c", textwrap.dedent(script)]
 
 
 def platform() -> sandbox_module._Platform:
@@ -44,29 +42,6 @@ needs_ns = pytest.mark.skipif(not sys.platform.startswith("linux") or not platfo
 needs_identity = pytest.mark.skipif(not platform().identity,
                                     reason="needs a root engine that drops the command to an unprivileged user")
 needs_cgroup = pytest.mark.skipif(not platform().cgroup, reason="needs a control group the sandbox can make")
-
-
-def running_with(marker: str) -> list[int]:
-    """Host processes (not zombies) whose command line holds ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state not in ("Z", "X"):
-            found.append(int(entry))
-    return found
-
-
-def wait_until_gone(marker: str, seconds: float = 10.0) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while (alive := running_with(marker)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive
 
 
 def _visible_place() -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..code.machinery import new_findings, scan
 from ..engine.result import RoundInfo
 from ..errors import InvalidArgument
 from ..merge.demonstrations import DEMO_KEY_PREFIX, Demonstration, is_demo_key
@@ -75,8 +76,6 @@ def _machinery_lines(diff: Any) -> list[str]:
     file before is the written one with each replacement undone); a new or wholly replaced
     file's are all of its own. Empty for any other artifact.
     """
-    from ..code.machinery import new_findings, scan  # only for a code diff's .py paths
-
     lines = []
     for key, value in sorted(diff.ops.items()):
         if not (isinstance(key, str) and key.endswith(".py") and isinstance(value, str)):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..processes import process_alive
 from ..types import Task
 from ..validation import is_int, is_real
 from .diskfull import no_space
@@ -416,7 +417,7 @@ class RunDir:
         held = holder(self.path)
         if held is not None:
             status.update(state="running", pid=held.pid or status.get("pid"), since=held.since)
-        elif status.get("state") == "running" and (self.lock_file.exists() or not _alive(status.get("pid"))):
+        elif status.get("state") == "running" and (self.lock_file.exists() or not process_alive(status.get("pid"))):
             status["state"] = "interrupted"  # nobody holds the lock (or, before the lock, the pid is gone)
         return status
 
@@ -444,18 +445,6 @@ def _rewrite_in_place(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def now() -> str:

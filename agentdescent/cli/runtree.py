@@ -36,6 +36,7 @@ from typing import Any
 from ..code import FileTree, Sandbox, TestSuite
 from ..code.tree import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, SKIPPED_DIRS
 from ..errors import InvalidArgument, UsageError
+from ..processes import process_alive
 from ..types import Task, one_line
 from .rundir import (
     RunDir,
@@ -311,19 +312,6 @@ def suite_line(suite: TestSuite) -> str:
 _STAGING = re.compile(r"(?P<pid>[0-9]+)-[0-9a-f]{8}\Z")
 
 
-def _alive(pid: int) -> bool:
-    """Is the process ``pid`` alive (as far as this process can tell)?"""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
-
-
 def sweep_staging(folder: Path, prefix: str) -> list[str]:
     """Remove the staging folders ``folder/PREFIX<pid>-<hex>`` whose process is gone; return their names.
 
@@ -339,7 +327,7 @@ def sweep_staging(folder: Path, prefix: str) -> list[str]:
         return removed
     for name in sorted(names):
         match = _STAGING.match(name[len(prefix):]) if name.startswith(prefix) else None
-        if match is None or _alive(int(match.group("pid"))):
+        if match is None or process_alive(int(match.group("pid"))):
             continue
         path = folder / name
         if path.is_symlink() or not path.is_dir():

@@ -30,43 +30,15 @@ import platform
 import stat
 import sys
 
-try:  # imported as part of agentdescent.code (tests, docs)
+if __package__:  # imported as part of agentdescent.code (tests, docs)
     from . import _jail_ns as namespaces
-    from ._jail_sys import (
-        _CLONE_NEWNET,
-        _CLONE_NEWNS,
-        _CLONE_NEWPID,
-        _CLONE_NEWUSER,
-        _MS_NODEV,
-        _MS_NOSUID,
-        _MS_PRIVATE,
-        _MS_REC,
-        Refused,
-        _fail,
-        _libc,
-        _loopback_up,
-        _unshare,
-    )
-except ImportError:  # run by path as the launcher: its siblings sit beside it, ahead of anything else
+    from . import _jail_sys as sysc
+else:  # run by path as the launcher: its siblings sit beside it, ahead of anything else
     _HERE = os.path.dirname(os.path.realpath(__file__))
     if _HERE not in sys.path:
         sys.path.insert(0, _HERE)
     import _jail_ns as namespaces  # type: ignore[no-redef]
-    from _jail_sys import (  # type: ignore[no-redef]
-        _CLONE_NEWNET,
-        _CLONE_NEWNS,
-        _CLONE_NEWPID,
-        _CLONE_NEWUSER,
-        _MS_NODEV,
-        _MS_NOSUID,
-        _MS_PRIVATE,
-        _MS_REC,
-        Refused,
-        _fail,
-        _libc,
-        _loopback_up,
-        _unshare,
-    )
+    import _jail_sys as sysc  # type: ignore[no-redef]
 
 try:
     import resource
@@ -117,7 +89,7 @@ def landlock_abi() -> int:
     if not sys.platform.startswith("linux"):
         return 0
     try:
-        libc = _libc()
+        libc = sysc._libc()
         abi = libc.syscall(ctypes.c_long(_CREATE_RULESET), None, ctypes.c_size_t(0),
                            ctypes.c_uint32(_CREATE_RULESET_VERSION))
     except (OSError, AttributeError):
@@ -170,7 +142,7 @@ def _add_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, *, must: 
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError as exc:
         if must:
-            raise Refused(f"Landlock: cannot open {path!r} for its rule: {exc.strerror}") from None
+            raise sysc.Refused(f"Landlock: cannot open {path!r} for its rule: {exc.strerror}") from None
         return
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):  # a file's rule may carry only file rights
@@ -179,7 +151,7 @@ def _add_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, *, must: 
         done = libc.syscall(ctypes.c_long(_ADD_RULE), ctypes.c_int(ruleset),
                             ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(attr), ctypes.c_uint32(0))
         if done != 0 and must:
-            raise _fail(f"Landlock refused the rule for {path!r}")
+            raise sysc._fail(f"Landlock refused the rule for {path!r}")
     finally:
         os.close(fd)
 
@@ -192,7 +164,7 @@ def apply_landlock(spec: dict) -> None:
     bind or connect; with ABI 6 or later no signal or abstract Unix socket leaves the domain.
     """
     abi, root = int(spec["abi"]), spec["root"]
-    libc = _libc()
+    libc = sysc._libc()
     handled = _handled(abi)
     attr = _RulesetAttr(handled_access_fs=handled)
     size = 8
@@ -207,7 +179,7 @@ def apply_landlock(spec: dict) -> None:
     ruleset = libc.syscall(ctypes.c_long(_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size),
                            ctypes.c_uint32(0))
     if ruleset < 0:
-        raise _fail("Landlock refused the ruleset")
+        raise sysc._fail("Landlock refused the ruleset")
     try:
         _add_rule(libc, ruleset, root, handled, must=True)
         for path in spec.get("writable", ()):
@@ -220,9 +192,9 @@ def apply_landlock(spec: dict) -> None:
                 _add_rule(libc, ruleset, device, _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0), must=False)
         if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
                       ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
-            raise _fail("prctl(PR_SET_NO_NEW_PRIVS) failed")
+            raise sysc._fail("prctl(PR_SET_NO_NEW_PRIVS) failed")
         if libc.syscall(ctypes.c_long(_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-            raise _fail("Landlock refused to restrict the process")
+            raise sysc._fail("Landlock refused to restrict the process")
     finally:
         os.close(ruleset)
 
@@ -236,22 +208,8 @@ def isolate_network(how: str) -> None:
     The new namespace has only a loopback interface, brought up (best-effort) so that the
     command can still talk to itself on 127.0.0.1.
     """
-    libc = _libc()
-    if how == "netns":
-        if not _unshare(libc, _CLONE_NEWNET):
-            raise _fail("unshare(CLONE_NEWNET) failed")
-    else:
-        uid, gid = os.getuid(), os.getgid()
-        if not _unshare(libc, _CLONE_NEWUSER | _CLONE_NEWNET):
-            raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNET) failed")
-        try:
-            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                               ("gid_map", f"{gid} {gid} 1")):
-                with open(f"/proc/self/{name}", "w") as handle:
-                    handle.write(text)
-        except OSError as exc:
-            raise Refused(f"cannot map the user ids of the new user namespace: {exc}") from None
-    _loopback_up()
+    namespaces.enter_namespaces(sysc._CLONE_NEWNET, userns=how != "netns")
+    sysc._loopback_up()
 
 
 def private_shm(size_mb: int) -> None:
@@ -262,14 +220,14 @@ def private_shm(size_mb: int) -> None:
     with the command's last process. The root mount is made private first, so the new
     mount never propagates back to the engine's namespace.
     """
-    libc = _libc()
-    if libc.unshare(ctypes.c_int(_CLONE_NEWNS)) != 0:
-        raise _fail("unshare(CLONE_NEWNS) failed")
-    if libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
-        raise _fail("cannot make the mounts private")
+    libc = sysc._libc()
+    if libc.unshare(ctypes.c_int(sysc._CLONE_NEWNS)) != 0:
+        raise sysc._fail("unshare(CLONE_NEWNS) failed")
+    if libc.mount(b"none", b"/", None, ctypes.c_ulong(sysc._MS_REC | sysc._MS_PRIVATE), None) != 0:
+        raise sysc._fail("cannot make the mounts private")
     options = f"size={int(size_mb)}m,mode=1777".encode()
-    if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), options) != 0:
-        raise _fail("cannot mount a private /dev/shm")
+    if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(sysc._MS_NOSUID | sysc._MS_NODEV), options) != 0:
+        raise sysc._fail("cannot mount a private /dev/shm")
 
 
 # --------------------------------------------------------------------------- users and limits
@@ -287,7 +245,7 @@ def drop_user(spec: dict) -> None:
         os.setgid(gid)
         os.setuid(uid)
     except OSError as exc:
-        raise Refused(f"cannot drop to user {uid}: {exc}") from None
+        raise sysc.Refused(f"cannot drop to user {uid}: {exc}") from None
 
 
 def become(spec: dict) -> None:
@@ -298,9 +256,9 @@ def become(spec: dict) -> None:
         os.setgid(gid)
         os.setuid(uid)
     except OSError as exc:
-        raise Refused(f"cannot become user {uid}: {exc}") from None
+        raise sysc.Refused(f"cannot become user {uid}: {exc}") from None
     if os.getuid() != uid or os.geteuid() != uid:
-        raise Refused(f"still running as user {os.geteuid()} after dropping to {uid}")
+        raise sysc.Refused(f"still running as user {os.geteuid()} after dropping to {uid}")
 
 
 class _CapHeader(ctypes.Structure):
@@ -319,14 +277,14 @@ def drop_capabilities() -> None:
     so with all three empty the command runs as uid 0 with no capability at all (no
     reading other users' files, no ptrace, no module loading, no raising its limits).
     """
-    libc = _libc()
+    libc = sysc._libc()
     header, data = _CapHeader(version=0x20080522, pid=0), (_CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3
     if libc.capget(ctypes.byref(header), data) != 0:
-        raise _fail("capget failed")
+        raise sysc._fail("capget failed")
     for half in data:
         half.inheritable = 0
     if libc.capset(ctypes.byref(header), data) != 0:
-        raise _fail("capset (clearing the inheritable set) failed")
+        raise sysc._fail("capset (clearing the inheritable set) failed")
     try:
         with open("/proc/sys/kernel/cap_last_cap") as handle:
             last = int(handle.read())
@@ -335,7 +293,7 @@ def drop_capabilities() -> None:
     for cap in range(last + 1):
         if libc.prctl(ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), ctypes.c_ulong(0),
                       ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0 and ctypes.get_errno() != 22:
-            raise _fail(f"prctl(PR_CAPBSET_DROP, {cap}) failed")
+            raise sysc._fail(f"prctl(PR_CAPBSET_DROP, {cap}) failed")
     libc.prctl(ctypes.c_int(_PR_CAP_AMBIENT), ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL),
                ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
@@ -363,7 +321,7 @@ def refuse_unix_sockets() -> None:
     """
     machine = platform.machine()
     if machine not in _SOCKET_SYSCALL:
-        raise Refused(f"no seccomp filter for socket(2) on {machine}")
+        raise sysc.Refused(f"no seccomp filter for socket(2) on {machine}")
     arch, number = _SOCKET_SYSCALL[machine]
     ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
     allow, refuse = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EACCES
@@ -373,13 +331,13 @@ def refuse_unix_sockets() -> None:
                (ret, 0, 0, refuse), (ret, 0, 0, allow)]
     filters = (_SockFilter * len(program))(*[_SockFilter(*step) for step in program])
     prog = _SockFprog(len(program), ctypes.cast(filters, ctypes.POINTER(_SockFilter)))
-    libc = _libc()
+    libc = sysc._libc()
     if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
                   ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
-        raise _fail("prctl(PR_SET_NO_NEW_PRIVS) failed")
+        raise sysc._fail("prctl(PR_SET_NO_NEW_PRIVS) failed")
     if libc.prctl(ctypes.c_int(22), ctypes.c_ulong(2), ctypes.byref(prog), ctypes.c_ulong(0),
                   ctypes.c_ulong(0)) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-        raise _fail("the seccomp filter was refused")
+        raise sysc._fail("the seccomp filter was refused")
 
 
 def set_limits(limits: dict) -> None:
@@ -393,7 +351,7 @@ def set_limits(limits: dict) -> None:
         try:
             resource.setrlimit(which, (soft, hard))
         except (OSError, ValueError) as exc:
-            raise Refused(f"setrlimit(RLIMIT_{name}, {soft}) failed: {exc}") from None
+            raise sysc.Refused(f"setrlimit(RLIMIT_{name}, {soft}) failed: {exc}") from None
 
 
 # --------------------------------------------------------------------------- the Python guard
@@ -414,7 +372,7 @@ def install_guard(spec: dict) -> None:
                 open(os.path.join(folder, "sitecustomize.py"), "w", encoding="utf-8") as handle:
             handle.write(source.read())
     except OSError as exc:
-        raise Refused(f"cannot write the Python guard: {exc}") from None
+        raise sysc.Refused(f"cannot write the Python guard: {exc}") from None
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH")) if p)
     os.environ["AGENTDESCENT_SANDBOX_ROOT"] = spec["root"]
     os.environ["AGENTDESCENT_SANDBOX_NETWORK"] = "1" if spec["network"] else ""
@@ -437,7 +395,7 @@ def _probe_seccomp() -> bool:
             except PermissionError:
                 socket.socketpair()[0].close()
                 os._exit(0)
-        except (Refused, OSError):
+        except (sysc.Refused, OSError):
             os._exit(1)
     _, status = os.waitpid(child, 0)
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
@@ -459,7 +417,7 @@ def probe() -> dict:
                 pass
     if not sys.platform.startswith("linux"):
         return found
-    libc = _libc()
+    libc = sysc._libc()
     with contextlib.suppress(OSError):
         found["ns"] = namespaces.probe_namespaces()
     if found["euid"] == 0:
@@ -468,14 +426,14 @@ def probe() -> dict:
         if os.path.isdir("/dev/shm"):
             private_shm(16)
             found["shm"] = True
-    except Refused:
+    except sysc.Refused:
         pass
     for how in ("netns", "userns"):
         try:
             isolate_network(how)
             found["net"] = how
             break
-        except Refused:
+        except sysc.Refused:
             if how == "netns" and ctypes.get_errno() != 1:  # only EPERM says "try a user namespace"
                 break
     abi = landlock_abi()
@@ -507,7 +465,7 @@ def _become_command(config: dict, command: list[str]) -> int:
         if config.get("unix_sockets") is False:
             refuse_unix_sockets()
         set_limits(config.get("rlimits", {}))
-    except Refused as exc:
+    except sysc.Refused as exc:
         sys.stderr.write(f"agentdescent sandbox: {exc}\n")
         return 126
     try:
@@ -536,7 +494,7 @@ def main(argv: list[str]) -> int:
             namespaces.join_cgroup(config["cgroup"])
         if config.get("ns"):
             net = config.get("net") in ("netns", "userns")
-            namespaces.enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID | (_CLONE_NEWNET if net else 0),
+            namespaces.enter_namespaces(sysc._CLONE_NEWNS | sysc._CLONE_NEWPID | (sysc._CLONE_NEWNET if net else 0),
                              userns=bool(config["ns"].get("userns")))
             if config.get("parent"):
                 namespaces.tie_to_parent(int(config["parent"]))  # a new user namespace clears the setting
@@ -545,7 +503,7 @@ def main(argv: list[str]) -> int:
                 private_shm(config["shm"])
             if config.get("net") in ("netns", "userns"):
                 isolate_network(config["net"])
-    except Refused as exc:
+    except sysc.Refused as exc:
         sys.stderr.write(f"agentdescent sandbox: {exc}\n")
         return 126
     if config.get("ns"):

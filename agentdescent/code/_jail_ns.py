@@ -21,52 +21,13 @@ import os
 import sys
 from collections.abc import Callable
 
-try:  # imported as part of agentdescent.code (tests, docs)
-    from ._jail_sys import (
-        _CLONE_NEWNS,
-        _CLONE_NEWPID,
-        _CLONE_NEWUSER,
-        _KEPT_FLAGS,
-        _MS_BIND,
-        _MS_NODEV,
-        _MS_NOEXEC,
-        _MS_NOSUID,
-        _MS_PRIVATE,
-        _MS_RDONLY,
-        _MS_REC,
-        _MS_REMOUNT,
-        _PR_SET_PDEATHSIG,
-        Refused,
-        _fail,
-        _libc,
-        _loopback_up,
-        _unshare,
-    )
-except ImportError:  # run by path as the launcher: its siblings sit beside it, ahead of anything else
+if __package__:  # imported as part of agentdescent.code (tests, docs)
+    from . import _jail_sys as sysc
+else:  # run by path as the launcher: its siblings sit beside it, ahead of anything else
     _HERE = os.path.dirname(os.path.realpath(__file__))
     if _HERE not in sys.path:
         sys.path.insert(0, _HERE)
-    from _jail_sys import (  # type: ignore[no-redef]
-        _CLONE_NEWNS,
-        _CLONE_NEWPID,
-        _CLONE_NEWUSER,
-        _KEPT_FLAGS,
-        _MS_BIND,
-        _MS_NODEV,
-        _MS_NOEXEC,
-        _MS_NOSUID,
-        _MS_PRIVATE,
-        _MS_RDONLY,
-        _MS_REC,
-        _MS_REMOUNT,
-        _PR_SET_PDEATHSIG,
-        Refused,
-        _fail,
-        _libc,
-        _loopback_up,
-        _unshare,
-    )
-
+    import _jail_sys as sysc  # type: ignore[no-redef]
 
 # --------------------------------------------------------------------------- the engine's death
 
@@ -77,12 +38,12 @@ def tie_to_parent(parent: int) -> None:
     The parent-death signal survives ``exec``, so the command itself dies with its launcher,
     and the launcher with the engine: a driver killed with SIGKILL takes its sandboxes along.
     """
-    libc = _libc()
-    if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(9), ctypes.c_ulong(0),
+    libc = sysc._libc()
+    if libc.prctl(ctypes.c_int(sysc._PR_SET_PDEATHSIG), ctypes.c_ulong(9), ctypes.c_ulong(0),
                   ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
-        raise _fail("prctl(PR_SET_PDEATHSIG) failed")
+        raise sysc._fail("prctl(PR_SET_PDEATHSIG) failed")
     if parent and os.getppid() != parent:
-        raise Refused("the engine that started this sandbox is gone")
+        raise sysc.Refused("the engine that started this sandbox is gone")
 
 
 # --------------------------------------------------------------------------- a control group
@@ -112,11 +73,11 @@ def join_cgroup(spec: dict) -> None:
                         handle.write(str(int(value)))
                     wrote = True
             if not wrote:
-                raise Refused(f"the control group {folder!r} offers none of the limits asked for")
+                raise sysc.Refused(f"the control group {folder!r} offers none of the limits asked for")
             with open(os.path.join(folder, "cgroup.procs"), "w") as handle:
                 handle.write(str(os.getpid()))
         except OSError as exc:
-            raise Refused(f"cannot join the control group {folder!r}: {exc.strerror or exc}") from None
+            raise sysc.Refused(f"cannot join the control group {folder!r}: {exc.strerror or exc}") from None
 
 
 def _enable_controllers(parent: str) -> None:
@@ -143,7 +104,7 @@ def _mount(libc: ctypes.CDLL, source: str | None, target: str, fstype: str | Non
     done = libc.mount(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
                       ctypes.c_ulong(flags), options.encode() if options else None)
     if done != 0:
-        raise _fail(f"mount of {target!r} failed")
+        raise sysc._fail(f"mount of {target!r} failed")
 
 
 def _mount_points() -> list[tuple[str, int]]:
@@ -155,7 +116,7 @@ def _mount_points() -> list[tuple[str, int]]:
             target = fields[4].encode().decode("unicode_escape")  # \\040 for a space...
             flags = 0
             for option in fields[5].split(","):
-                flags |= _KEPT_FLAGS.get(option, 0)
+                flags |= sysc._KEPT_FLAGS.get(option, 0)
             found.append((target, flags))
     return found
 
@@ -180,9 +141,9 @@ def set_up_mounts(spec: dict) -> None:
     each bound writable). Run as root, the engine gave ``work/`` to root instead (folders
     755, files 644) and the read-back files to the command's user.
     """
-    libc = _libc()
+    libc = sysc._libc()
     root, uid, gid = spec["root"], int(spec["uid"]), int(spec["gid"])
-    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
+    _mount(libc, None, "/", None, sysc._MS_REC | sysc._MS_PRIVATE)
     keep = [p for p in dict.fromkeys([root, *spec.get("keep", ())]) if os.path.isdir(p)]
     held = {path: os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for path in keep}
     try:
@@ -190,7 +151,7 @@ def set_up_mounts(spec: dict) -> None:
         for folder in sorted(hidden, key=len):
             if any(_under(folder, other) for other in hidden if other != folder):
                 continue  # already under a hidden folder
-            _mount(libc, "tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
+            _mount(libc, "tmpfs", folder, "tmpfs", sysc._MS_NOSUID | sysc._MS_NODEV, "size=1m,mode=0755")
         bound: list[str] = []
         for path, fd in sorted(held.items(), key=lambda item: len(item[0])):
             if any(_under(path, b) for b in bound):
@@ -198,51 +159,51 @@ def set_up_mounts(spec: dict) -> None:
             if any(_under(path, h) for h in hidden):
                 bound.append(path)
                 os.makedirs(path, mode=0o755, exist_ok=True)
-                _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+                _mount(libc, f"/proc/self/fd/{fd}", path, None, sysc._MS_BIND | sysc._MS_REC)
     finally:
         for fd in held.values():
             os.close(fd)
     if os.path.isdir("/sys"):
-        _mount(libc, "tmpfs", "/sys", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=0555")
-    _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        _mount(libc, "tmpfs", "/sys", "tmpfs", sysc._MS_NOSUID | sysc._MS_NODEV | sysc._MS_NOEXEC, "size=4k,mode=0555")
+    _mount(libc, "proc", "/proc", "proc", sysc._MS_NOSUID | sysc._MS_NODEV | sysc._MS_NOEXEC)
     if spec.get("shm") and os.path.isdir("/dev/shm"):
-        _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
+        _mount(libc, "tmpfs", "/dev/shm", "tmpfs", sysc._MS_NOSUID | sysc._MS_NODEV,
                f"size={int(spec['shm'])}m,mode=1777")
     scratch, home = os.path.join(root, "tmp"), os.path.join(root, "home")
-    _mount(libc, "tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV,
+    _mount(libc, "tmpfs", scratch, "tmpfs", sysc._MS_NOSUID | sysc._MS_NODEV,
            f"size={int(spec['tmp_mb'])}m,mode=0700,uid={uid},gid={gid}")
     inner_home = os.path.join(scratch, ".home")
     os.mkdir(inner_home, 0o700)
     os.chown(inner_home, uid, gid)
-    _mount(libc, inner_home, home, None, _MS_BIND)
+    _mount(libc, inner_home, home, None, sysc._MS_BIND)
     work = os.path.join(root, "work")
     folders = [f for f in spec.get("writable", ()) if os.path.exists(f) and not os.path.islink(f)]
     readonly = bool(spec.get("work_readonly"))
-    _mount(libc, work, work, None, _MS_BIND)  # a mount of its own, before the rest turns read-only
+    _mount(libc, work, work, None, sysc._MS_BIND)  # a mount of its own, before the rest turns read-only
     for folder in folders if readonly else ():
-        _mount(libc, folder, folder, None, _MS_BIND)
+        _mount(libc, folder, folder, None, sysc._MS_BIND)
     writable = {scratch, home, "/dev/shm", work, *(folders if readonly else ())}
     for target, flags in _mount_points():
         if target in writable or _under(target, "/proc") or _under(target, "/dev"):
             continue
         if libc.mount(None, target.encode(), None,
-                      ctypes.c_ulong(_MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags), None) != 0:
+                      ctypes.c_ulong(sysc._MS_REMOUNT | sysc._MS_BIND | sysc._MS_RDONLY | flags), None) != 0:
             err = ctypes.get_errno()
             if target == "/" or _under(root, target):
-                raise Refused(f"cannot make {target!r} read-only: {os.strerror(err)} (errno {err})")
+                raise sysc.Refused(f"cannot make {target!r} read-only: {os.strerror(err)} (errno {err})")
     if readonly:  # the same user as the files: only a read-only mount protects them
-        _mount(libc, None, work, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        _mount(libc, None, work, None, sysc._MS_REMOUNT | sysc._MS_BIND | sysc._MS_RDONLY | sysc._MS_NOSUID | sysc._MS_NODEV)
     os.chdir(os.getcwd())  # the working folder was taken before the mounts: take it again, through them
 
 
 def enter_namespaces(flags: int, userns: bool) -> None:
     """unshare(2) into new namespaces; with ``userns``, a user namespace mapping this user to itself."""
-    libc = _libc()
+    libc = sysc._libc()
     uid, gid = os.getuid(), os.getgid()
     if userns:
-        flags |= _CLONE_NEWUSER
-    if not _unshare(libc, flags):
-        raise _fail(f"unshare({flags:#x}) failed")
+        flags |= sysc._CLONE_NEWUSER
+    if not sysc._unshare(libc, flags):
+        raise sysc._fail(f"unshare({flags:#x}) failed")
     if userns:
         try:
             for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
@@ -250,7 +211,7 @@ def enter_namespaces(flags: int, userns: bool) -> None:
                 with open(f"/proc/self/{name}", "w") as handle:
                     handle.write(text)
         except OSError as exc:
-            raise Refused(f"cannot map the user ids of the new user namespace: {exc}") from None
+            raise sysc.Refused(f"cannot map the user ids of the new user namespace: {exc}") from None
 
 
 def _report(status_fd: int, status: int) -> None:
@@ -277,7 +238,7 @@ def run_as_init(config: dict, command: list[str], become_command: Callable[[dict
             tie_to_parent(0)
             set_up_mounts(ns)
             if config.get("net") in ("netns", "userns"):
-                _loopback_up()
+                sysc._loopback_up()
             pid = os.fork()
             if pid == 0:
                 os.close(write_end)
@@ -291,7 +252,7 @@ def run_as_init(config: dict, command: list[str], become_command: Callable[[dict
                     _report(write_end, status)
                     code = 0
                     break
-        except Refused as exc:
+        except sysc.Refused as exc:
             sys.stderr.write(f"agentdescent sandbox: {exc}\n")
         except OSError as exc:
             sys.stderr.write(f"agentdescent sandbox: setting up the sandbox failed: {exc}\n")
@@ -326,21 +287,21 @@ def probe_namespaces() -> str | None:
     child = os.fork()
     if child == 0:
         try:
-            enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID, userns=userns)
+            enter_namespaces(sysc._CLONE_NEWNS | sysc._CLONE_NEWPID, userns=userns)
             inner = os.fork()
             if inner == 0:
                 try:
-                    libc = _libc()
-                    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
-                    _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m")
-                    _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-                    _mount(libc, None, "/tmp", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+                    libc = sysc._libc()
+                    _mount(libc, None, "/", None, sysc._MS_REC | sysc._MS_PRIVATE)
+                    _mount(libc, "tmpfs", "/tmp", "tmpfs", sysc._MS_NOSUID | sysc._MS_NODEV, "size=1m")
+                    _mount(libc, "proc", "/proc", "proc", sysc._MS_NOSUID | sysc._MS_NODEV | sysc._MS_NOEXEC)
+                    _mount(libc, None, "/tmp", None, sysc._MS_REMOUNT | sysc._MS_BIND | sysc._MS_RDONLY | sysc._MS_NOSUID | sysc._MS_NODEV)
                     os._exit(0 if os.getpid() == 1 else 1)
-                except (Refused, OSError):
+                except (sysc.Refused, OSError):
                     os._exit(1)
             _, status = os.waitpid(inner, 0)
             os._exit(0 if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else 1)
-        except (Refused, OSError):
+        except (sysc.Refused, OSError):
             os._exit(1)
     _, status = os.waitpid(child, 0)
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:

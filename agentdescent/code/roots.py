@@ -23,8 +23,10 @@ import threading
 import time
 from typing import Any, BinaryIO
 
+from ..processes import process_alive
 from ..types import clip_middle
 from .probe import _Platform
+from .view import _inside
 
 __all__: list[str] = []
 
@@ -57,13 +59,10 @@ def _owner_alive(name: str, prefix: str = _PREFIX) -> bool:
     if len(parts) < 3 or not parts[0].isdigit():
         return True  # not named by this version: not ours to judge
     pid, started = int(parts[0]), parts[1]
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not process_alive(pid):
         return False
-    except PermissionError:
-        pass
-    return started in ("0", _start_time(pid)) or _start_time(pid) == "0"
+    now = _start_time(pid)
+    return "0" in (started, now) or started == now  # a reused pid starts at another time
 
 
 _swept = threading.Event()
@@ -191,7 +190,7 @@ def _placeholders(work: str, wanted: Any, owner: tuple[int, int] | None) -> dict
     real_work = os.path.realpath(work)
     for rel in wanted:
         path = os.path.join(work, rel)
-        if os.path.lexists(path) or not _below(os.path.realpath(path), real_work):
+        if os.path.lexists(path) or not _inside(os.path.realpath(path), real_work):
             continue  # given (the command may not change it), or through a link out of the tree
         try:
             os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
@@ -205,10 +204,6 @@ def _placeholders(work: str, wanted: Any, owner: tuple[int, int] | None) -> dict
         finally:
             os.close(fd)
     return made
-
-
-def _below(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _hand_over(root: str, work: str) -> None:

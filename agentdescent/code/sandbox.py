@@ -374,8 +374,9 @@ class Sandbox:
                 config["unix_sockets"] = False
         if here.ns:
             uid, gid = here.identity or (os.getuid(), os.getgid())
+            hidden = _hidden_folders()
             config["ns"] = {"root": root, "uid": uid, "gid": gid, "userns": here.ns == "userns",
-                            "hide": _hidden_folders(), "keep": _kept_folders(), "tmp_mb": self.disk_mb or 1024,
+                            "hide": hidden, "keep": _kept_folders(hidden), "tmp_mb": self.disk_mb or 1024,
                             "shm": (self.memory_mb or 1024) if here.shm or here.ns else None,
                             "work_readonly": here.identity is None, "writable": writable}
             if here.identity:

@@ -366,17 +366,10 @@ class FileTree(Strategy):
 
     @staticmethod
     def clean_path(path: str) -> str:
-        """``path`` as a relative POSIX path inside the tree (``./`` and empty parts dropped), if its name may be written.
+        """``path`` as a relative POSIX path inside the tree, if its name may be written: `agentdescent.code.paths.clean_path`.
 
-        The rules that hold whatever the state (`agentdescent.code.paths.clean_path`;
-        `check_path` has the rest).
-
-        Raises:
-            EditRefused: the path is empty, absolute, climbs out with ``..``, or holds a
-                backslash or a drive (``outside``); holds a control character, NUL or line
-                break (``control``); is too long (``too_long``); has a hidden part
-                (``hidden``), an ignored one (``ignored``), or one of the runner's or the
-                interpreter's startup names (``shadowing``).
+        The rules that hold whatever the state (`check_path` has the rest); raises
+        `agentdescent.errors.EditRefused` with the reasons that function lists.
         """
         return paths.clean_path(path)
 

@@ -37,13 +37,12 @@ def _hidden_folders() -> list[str]:
     return found
 
 
-def _kept_folders() -> list[str]:
+def _kept_folders(hidden: list[str]) -> list[str]:
     """What the command needs from under the hidden folders: the interpreter, its packages, PATH.
 
     A folder is kept only if it holds no hidden folder (keeping ``/root`` itself would
     undo the hiding); the launcher binds back only those under a hidden one.
     """
-    hidden = _hidden_folders()
     here = os.path.dirname(os.path.abspath(__file__))
     wanted = [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)),
               sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, here,

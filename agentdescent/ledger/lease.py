@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import LedgerBusy
+from ..processes import process_alive
 
 __all__ = ["DEFAULT_EXPIRY", "Heartbeat", "LeaseRow", "acquire", "holder_gone", "holder_id", "holders",
            "release", "renew"]
@@ -107,19 +108,7 @@ class LeaseRow:
 
 def _pid_dead(pid: int) -> bool:
     """Whether process ``pid`` on this host is gone (a zombie counts as gone: it runs nothing)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # alive, another user's
-    except OSError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-    except OSError:
-        return False
+    return not process_alive(pid)
 
 
 def holder_gone(row: LeaseRow, now: float, expiry: float) -> str | None:
