@@ -22,7 +22,8 @@ The tree::
     │   ├── LedgerCorrupted                    the file was damaged outside agentdescent
     │   │   └── RunStateDamaged                a run's saved progress is damaged: no resume
     │   ├── LedgerTooNew                       the file was written by a newer agentdescent
-    │   └── LedgerBusy                         another driver holds the artifact's lease
+    │   ├── LedgerBusy                         another driver holds the artifact's lease
+    │   └── LedgerUnavailable                  the ledger's server stayed unreachable past the retry bound
     ├── ProviderError                          a model provider failed (``retryable`` says if
     │   │                                      a later call can help)
     │   ├── ProviderAuthError                  401/403, or no key
@@ -61,6 +62,7 @@ __all__ = [
     "LedgerCorrupted",
     "LedgerError",
     "LedgerTooNew",
+    "LedgerUnavailable",
     "ProposalContractError",
     "ProviderAuthError",
     "ProviderBadRequestError",
@@ -284,6 +286,41 @@ class LedgerBusy(LedgerError):
 
 
 def _rebuild_busy(cls: type[LedgerBusy], message: str, fields: dict[str, Any]) -> LedgerBusy:
+    return cls(message, **fields)
+
+
+class LedgerUnavailable(LedgerError):
+    """The ledger's database server could not be reached, and retrying for the bound did not help.
+
+    Raised by `agentdescent.ledger.PostgresLedger` once its bounded retries are spent (the server
+    is down, restarting, or unreachable), and at once when the connection is lost in the middle
+    of a block of writes (`agentdescent.ledger.Ledger.atomic`), which cannot be replayed: none of
+    the block landed, unless the connection was lost while the block was committing, when the
+    message says its outcome is unknown. A run stopped by it is resumable: its saved progress
+    and the artifact's versions are as the last whole write left them.
+
+    Attributes:
+        where: the database, as a DSN without its password.
+        attempts: the connection attempts made.
+        seconds: how long they took.
+        outcome_unknown: True when the connection was lost while a transaction was committing.
+    """
+
+    def __init__(self, message: str, *, where: str | None = None, attempts: int = 0, seconds: float = 0.0,
+                 outcome_unknown: bool = False) -> None:
+        self.where = where
+        self.attempts = attempts
+        self.seconds = seconds
+        self.outcome_unknown = outcome_unknown
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {"where": self.where, "attempts": self.attempts, "seconds": self.seconds,
+                  "outcome_unknown": self.outcome_unknown}
+        return (_rebuild_unavailable, (type(self), str(self), fields))
+
+
+def _rebuild_unavailable(cls: type[LedgerUnavailable], message: str, fields: dict[str, Any]) -> LedgerUnavailable:
     return cls(message, **fields)
 
 

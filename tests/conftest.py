@@ -52,3 +52,25 @@ def _missing_module(exc: BaseException) -> str | None:
     if isinstance(exc, ModuleNotFoundError) and exc.name in EXTRAS:
         return exc.name
     return None
+
+
+# --------------------------------------------------------------------------- a real PostgreSQL server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """One throwaway PostgreSQL server for the session (`agentdescent.testing.pgcluster.PostgresCluster`).
+
+    Never skipped: where no server can start, the tests that need one fail with the way to
+    install one (`PostgresUnavailable`'s message); `.ci/run` installs Debian's package.
+    """
+    from agentdescent.testing.pgcluster import PostgresCluster, PostgresUnavailable
+
+    try:
+        server = PostgresCluster()
+    except PostgresUnavailable as exc:
+        pytest.fail(f"the PostgreSQL tests need a server and none could start: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.close()

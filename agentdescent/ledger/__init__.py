@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from .base import SCHEMA, SCHEMA_VERSION, CASConflict, Ledger, LedgerEntry
 from .memory import MemoryLedger
+from .postgres import PostgresLedger
 from .sqlite import SqliteLedger
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "CASConflict", "Ledger", "LedgerEntry", "MemoryLedger", "SqliteLedger"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "CASConflict", "Ledger", "LedgerEntry", "MemoryLedger", "PostgresLedger",
+           "SqliteLedger"]

@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import LedgerCorrupted
 from .base import _MAX_LISTED_PROBLEMS, _parse_meta, _parse_state
 
-__all__ = ["HistoryCheck", "Pointer", "chain", "head_problem", "history_error", "round_digest",
+__all__ = ["HistoryCheck", "Pointer", "chain", "head_problem", "history_error", "is_dsn", "place", "round_digest",
            "run_state_digest", "run_state_problems", "stored_text", "version_digest"]
 
 #: The parent digest of version 1: the chain starts at registration.
@@ -346,12 +346,24 @@ def history_error(path: str, problems: list[str]) -> LedgerCorrupted:
     )
 
 
+def is_dsn(value: object) -> bool:
+    """Whether ``value`` names a database ledger (a ``postgresql://`` or ``postgres://`` DSN), not a file."""
+    return isinstance(value, str) and value.lstrip().lower().startswith(("postgresql://", "postgres://"))
+
+
+def place(path: str) -> str:
+    """How an error names a ledger: ``ledger file '...'``, or ``ledger database '...'`` for a DSN
+    (given without its password)."""
+    return f"ledger database {path!r}" if is_dsn(path) else f"ledger file {path!r}"
+
+
 def row_error(path: str, artifact_id: str, problem: str, salvage: str = "") -> LedgerCorrupted:
     """The error for one damaged head or row met after open (a commit or a read); nothing was written."""
+    what, fresh = ("database", "a new schema") if is_dsn(path) else ("file", "a new path")
     return LedgerCorrupted(
-        f"ledger file {path!r}: artifact {artifact_id!r}: {problem}. The file was edited or "
-        "damaged outside agentdescent; nothing was written. Restore the file from a backup, or "
-        f"open a new path to start a fresh run{salvage}.",
+        f"{place(path)}: artifact {artifact_id!r}: {problem}. The {what} was edited or "
+        f"damaged outside agentdescent; nothing was written. Restore the {what} from a backup, or "
+        f"open {fresh} to start a fresh run{salvage}.",
         path=path, problems=(f"artifact {artifact_id!r}: {problem}",),
     )
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import LedgerBusy
 from ..processes import process_alive
+from .integrity import place
 
 __all__ = ["DEFAULT_EXPIRY", "Heartbeat", "LeaseRow", "acquire", "holder_gone", "holder_id", "holders",
            "release", "renew"]
@@ -122,16 +123,24 @@ def holder_gone(row: LeaseRow, now: float, expiry: float) -> str | None:
     return None
 
 
-def _ensure(conn: sqlite3.Connection) -> None:
-    conn.execute(_CREATE)
-    conn.execute(_CREATE_TAKEOVERS)
+def _ensure(conn: Any) -> None:
+    # A SQLite file gets the tables on first use (its schema number stays); a database
+    # ledger (`agentdescent.ledger.postgres`) makes them with its schema, so they are there.
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute(_CREATE)
+        conn.execute(_CREATE_TAKEOVERS)
 
 
-def holders(conn: sqlite3.Connection, artifact_id: str) -> list[LeaseRow]:
-    """Every lease row of ``artifact_id`` (live or not), by run id."""
-    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leases'").fetchone()
-    if exists is None:
-        return []
+def holders(conn: Any, artifact_id: str) -> list[LeaseRow]:
+    """Every lease row of ``artifact_id`` (live or not), by run id.
+
+    ``conn`` is a ``sqlite3`` connection or a database ledger's statement runner (the same
+    ``execute`` with ``?`` placeholders; its lease tables always exist).
+    """
+    if isinstance(conn, sqlite3.Connection):
+        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leases'").fetchone()
+        if exists is None:
+            return []
     return [LeaseRow(*row) for row in conn.execute(
         "SELECT artifact_id, run_id, holder, host, pid, acquired_at, heartbeat FROM leases"
         " WHERE artifact_id = ? ORDER BY run_id", (artifact_id,))]
@@ -141,7 +150,7 @@ def _conflicts(row: LeaseRow, run_id: str) -> bool:
     return not run_id or not row.run_id or row.run_id == run_id
 
 
-def acquire(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str, expiry: float) -> list[str]:
+def acquire(conn: Any, path: str, artifact_id: str, run_id: str, expiry: float) -> list[str]:
     """Take the lease on ``artifact_id`` for ``run_id`` (``""``: unshared) inside the caller's write transaction.
 
     Rows whose holder is gone are taken over (deleted, leaving a note in ``lease_takeovers``
@@ -164,8 +173,10 @@ def acquire(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str, 
             raise _busy(path, artifact_id, run_id, row, now)
         conn.execute("DELETE FROM leases WHERE artifact_id = ? AND run_id = ?", (artifact_id, row.run_id))
         conn.execute(
-            "INSERT OR REPLACE INTO lease_takeovers (artifact_id, run_id, holder, taken_by, host, pid, taken_at,"
-            " why) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO lease_takeovers (artifact_id, run_id, holder, taken_by, host, pid, taken_at, why)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(artifact_id, run_id, holder) DO UPDATE SET"
+            " taken_by = excluded.taken_by, host = excluded.host, pid = excluded.pid,"
+            " taken_at = excluded.taken_at, why = excluded.why",
             (artifact_id, row.run_id, row.holder, me, _HOST, os.getpid(), now, gone))
         taken_over.append(f"{row.describe(now)}: {gone}")
     # A fresh hold: a note about an earlier takeover of this process's row is history now.
@@ -190,17 +201,17 @@ def _busy(path: str, artifact_id: str, run_id: str, row: LeaseRow, now: float) -
     else:
         clash = f"another driver runs it with the same run id {run_id!r}"
     return LedgerBusy(
-        f"ledger file {path!r}: artifact {artifact_id!r} is leased to another driver ({clash}): "
+        f"{place(path)}: artifact {artifact_id!r} is leased to another driver ({clash}): "
         f"{row.describe(now)}. Wait for it to finish (its lease is released when it returns, and "
         f"taken over once its process is dead or its heartbeat is old), or, to run several "
         f"drivers on one artifact, give each its own run id: "
-        f"evolve(..., ledger=path, run_id='driver-1') (or SqliteLedger(path, run_id=...)), each saving its "
+        f"evolve(..., ledger=path, run_id='driver-1') (or SqliteLedger(path, run_id=...), PostgresLedger(dsn, run_id=...)), each saving its "
         f"own progress",
         path=path, artifact_id=artifact_id, holder=row.holder, pid=row.pid, host=row.host, run_id=row.run_id,
     )
 
 
-def renew(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str) -> None:
+def renew(conn: Any, path: str, artifact_id: str, run_id: str) -> None:
     """Stamp this process's heartbeat on its lease, inside the caller's write transaction.
 
     A lease that is no longer this process's is never taken back: not when another holder
@@ -224,17 +235,17 @@ def renew(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str) ->
     raise _lost(conn, path, artifact_id, run_id, row, now)
 
 
-def _lost(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str, row: LeaseRow | None,
+def _lost(conn: Any, path: str, artifact_id: str, run_id: str, row: LeaseRow | None,
           now: float) -> LedgerBusy:
     """The `LedgerBusy` of a driver whose lease is not its own any more (``row``: the current holder's, or None)."""
     fix = ("this driver stops and writes nothing more, so the two never overwrite each other's commits or "
            "saved progress. To go on, start the run again once the other driver is done (evolve(..., "
            "ledger=path) resumes the saved progress, which is that driver's now); raise "
-           "SqliteLedger(lease_seconds=...) if a driver pauses for long (a stopped or suspended process, an "
+           "the ledger's lease_seconds=... if a driver pauses for long (a stopped or suspended process, an "
            "overloaded machine); or give each driver its own run id to run them side by side")
     if row is not None:
         return LedgerBusy(
-            f"ledger file {path!r}: the lease on artifact {artifact_id!r} was taken over by "
+            f"{place(path)}: the lease on artifact {artifact_id!r} was taken over by "
             f"{row.describe(now)} after this driver's heartbeat expired; {fix}",
             path=path, artifact_id=artifact_id, holder=row.holder, pid=row.pid, host=row.host,
             run_id=row.run_id,
@@ -244,21 +255,21 @@ def _lost(conn: sqlite3.Connection, path: str, artifact_id: str, run_id: str, ro
         " WHERE artifact_id = ? AND run_id = ? AND holder = ?", (artifact_id, run_id, holder_id())).fetchone()
     if note is None:
         return LedgerBusy(
-            f"ledger file {path!r}: this driver's lease on artifact {artifact_id!r} is gone: its row in the "
+            f"{place(path)}: this driver's lease on artifact {artifact_id!r} is gone: its row in the "
             "leases table was deleted with no note of a takeover (by hand, or by an older agentdescent "
             f"taking it over); {fix}",
             path=path, artifact_id=artifact_id, run_id=run_id,
         )
     taken_by, host, pid, taken_at, why = note
     return LedgerBusy(
-        f"ledger file {path!r}: the lease on artifact {artifact_id!r} was taken over by holder {taken_by} "
+        f"{place(path)}: the lease on artifact {artifact_id!r} was taken over by holder {taken_by} "
         f"(pid {pid} on {host}) {max(0.0, now - taken_at):.1f} s ago, which found this driver gone ({why}) "
         f"and has released the lease since; {fix}",
         path=path, artifact_id=artifact_id, holder=taken_by, pid=pid, host=host, run_id=run_id,
     )
 
 
-def release(conn: sqlite3.Connection, artifact_id: str, run_id: str) -> None:
+def release(conn: Any, artifact_id: str, run_id: str) -> None:
     """Drop this process's lease on ``artifact_id`` for ``run_id`` (another holder's row is left alone),
     and any note of its having been taken over (this driver has stopped)."""
     _ensure(conn)
@@ -381,7 +392,7 @@ class LeaseHolder:
                     logger.warning("ledger file %s: lost the lease on %r; the driver stops at its next write: %s",
                                    self._path, artifact_id, exc)
 
-    def check_lease(self, conn: sqlite3.Connection, artifact_id: str) -> None:
+    def check_lease(self, conn: Any, artifact_id: str) -> None:
         """Inside the caller's write transaction: renew this driver's lease on ``artifact_id``, or
         raise if it was lost (a no-op when this object holds no lease on it).
 
