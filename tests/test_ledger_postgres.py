@@ -24,13 +24,11 @@ import psycopg
 import pytest
 
 from agentdescent.errors import (
-    CASConflict,
     LedgerBusy,
     LedgerCorrupted,
     LedgerError,
     LedgerTooNew,
     LedgerUnavailable,
-    RunStateDamaged,
 )
 from agentdescent.ledger import PostgresLedger
 from agentdescent.ledger.postgres import dsn_has_password, redact_dsn
@@ -187,9 +185,9 @@ def test_a_lease_held_by_a_live_driver_refuses_another_and_is_taken_over_when_it
                 ledger.acquire_lease("a")
             assert caught.value.pid == holder.pid
             assert "ledger database" in str(caught.value)
-            with PostgresLedger(postgres_server.dsn(), schema=schema, run_id="driver-2") as sharing:
-                with pytest.raises(LedgerBusy, match="an unshared driver is running it"):
-                    sharing.acquire_lease("a")
+            with PostgresLedger(postgres_server.dsn(), schema=schema, run_id="driver-2") as sharing, \
+                    pytest.raises(LedgerBusy, match="an unshared driver is running it"):
+                sharing.acquire_lease("a")
             holder.kill()
             holder.wait()
             ledger.acquire_lease("a")  # its process is dead: taken over

@@ -118,7 +118,9 @@ class RunConfig:
             `agentdescent.budget.allocator.AllocatorPolicy`, or any object with ``decide`` and
             ``observe``).
         ledger: a path (a `agentdescent.ledger.SqliteLedger`, resumed if it holds this
-            run: see ``resume``), a `agentdescent.ledger.Ledger`, or None (in memory).
+            run: see ``resume``), a ``postgresql://`` DSN (a `agentdescent.ledger.PostgresLedger`
+            in its default schema, resumed alike; the password from ``PGPASSWORD`` or a
+            ``PGPASSFILE``), a `agentdescent.ledger.Ledger`, or None (in memory).
         usage: a meter that also receives every token the run records (``result.usage``
             is the run's own meter, counting this run only).
         executor: a ``concurrent.futures.Executor`` for the run's calls (default: a pool of
@@ -194,7 +196,8 @@ class RunConfig:
             raise InvalidArgument(
                 f"run_id={self.run_id!r} with a ledger object whose run id is "
                 f"{getattr(self.ledger, 'run_id', None)!r}: pass ledger=PATH with run_id, or give the run id to "
-                f"the ledger itself (SqliteLedger(path, run_id={self.run_id!r})) and leave run_id out")
+                f"the ledger itself (SqliteLedger(path, run_id={self.run_id!r}) or PostgresLedger(dsn, "
+                f"run_id={self.run_id!r})) and leave run_id out")
 
     def __post_init__(self) -> None:
         tasks = self.tasks
@@ -257,7 +260,7 @@ class RunConfig:
             object.__setattr__(self, "allocator", adopt(self.allocator, AllocatorPolicy, "allocator"))
         if self.ledger is not None and not isinstance(self.ledger, (str, os.PathLike)):
             object.__setattr__(self, "ledger", adopt(
-                self.ledger, Ledger, "ledger", fix="pass a path (a SqliteLedger file), or None (in memory)"))
+                self.ledger, Ledger, "ledger", fix="pass a path (a SqliteLedger file), a 'postgresql://...' DSN (a PostgresLedger), or None (in memory)"))
         if self.usage is not None and not isinstance(self.usage, Usage):
             raise InvalidArgumentType(f"usage={self.usage!r}: pass an agentdescent.Usage meter or None")
         if self.executor is not None and not isinstance(self.executor, concurrent.futures.Executor):

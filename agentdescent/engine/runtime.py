@@ -31,7 +31,8 @@ from typing import Any, Protocol
 from ..budget.allocator import AllocatorPolicy
 from ..budget.governor import BudgetGovernor
 from ..errors import BackendFailure, InvalidArgumentType, RunFailed, RunTimeout
-from ..ledger import Ledger, MemoryLedger, SqliteLedger
+from ..ledger import Ledger, MemoryLedger, PostgresLedger, SqliteLedger
+from ..ledger.integrity import is_dsn
 from ..merge.aggregator import Aggregator, AggregatorConfig, Evaluator
 from ..merge.demonstrations import demo_slots
 from ..merge.relevance import Relevance
@@ -289,6 +290,8 @@ class RunEnv:
 def _open_ledger(ledger: Any, run_id: str | None = None) -> tuple[Ledger, bool]:
     if ledger is None:
         return MemoryLedger(), True
+    if is_dsn(ledger):
+        return PostgresLedger(ledger, run_id=run_id), True
     if isinstance(ledger, (str, os.PathLike)):
         return SqliteLedger(ledger, run_id=run_id), True
     return ledger, False

@@ -262,8 +262,9 @@ class PostgresLedger(LeaseHolder, RowReader, Ledger):
             same one.
         timeout: seconds a write waits for another writer's lock (and a connection attempt
             for the server) before failing with `LedgerError`.
-        retry_seconds: how long an operation keeps reconnecting to a server that is down or
-            restarting before `LedgerUnavailable` (0: no retry).
+        retry_seconds: how long the ledger keeps reconnecting to a server that is down or
+            restarting, counted from the outage's first failed call (one bound for every call
+            and thread), before `LedgerUnavailable` (0: no retry).
         max_connections: the pool's bound (connections this object opens at once).
         check_history: check every artifact's history when the ledger opens (the default);
             ``False`` to salvage the intact artifacts of a damaged one.
@@ -346,6 +347,7 @@ class PostgresLedger(LeaseHolder, RowReader, Ledger):
         self._pid = os.getpid()
         self._closed = False
         self._rng = random.Random(os.getpid())  # backoff jitter only
+        self._outage: float | None = None  # when the server first failed a call of the current outage
         try:
             self._retry("opening the ledger", lambda: self._open(check_history))
         except BaseException:
@@ -538,7 +540,8 @@ class PostgresLedger(LeaseHolder, RowReader, Ledger):
 
     def _retry(self, what: str, attempt: Callable[[], T]) -> T:
         """Run ``attempt`` (which calls ``_conn``), reconnecting with a backoff while the server is
-        unreachable, for up to ``retry_seconds``.
+        unreachable, for up to ``retry_seconds`` from the first failure of the outage (one bound
+        for every call and thread of this object; a call that succeeds ends the outage).
 
         Not retried: a lost connection once a block (``atomic``) has begun writing (its writes
         are gone with it), and a block's commit cut off midway (`LedgerUnavailable` with
@@ -546,12 +549,11 @@ class PostgresLedger(LeaseHolder, RowReader, Ledger):
         again: reads, ``register`` (a no-op once it landed), saves and lease writes (they write
         the same rows again), and ``commit``, which looks whether it landed first.
         """
-        started = time.monotonic()
         tries = 0
         while True:
             tries += 1
             try:
-                return attempt()
+                value = attempt()
             except LedgerUnavailable as exc:
                 error: BaseException = exc
                 if getattr(self._local, "block_open", False) or exc.seconds > 0:
@@ -561,17 +563,27 @@ class PostgresLedger(LeaseHolder, RowReader, Ledger):
                 if refused is not None:
                     raise refused from None
                 error = exc
-            elapsed = time.monotonic() - started
+            else:
+                if self._outage is not None:
+                    self._outage = None
+                    logger.warning("ledger database %s: reached the server again", self._where)
+                return value
+            # One bound per outage, shared by every thread: once it is spent, each call fails at its
+            # first failed attempt, so a driver stops within the bound, not a bound per call.
+            with self._pool_lock:
+                if self._outage is None:
+                    self._outage = time.monotonic()
+                elapsed = time.monotonic() - self._outage
             if elapsed >= self._retry_seconds:
                 raise LedgerUnavailable(
-                    f"ledger database {self._where!r}: {what}: the server could not be reached in {tries} "
-                    f"attempt(s) over {elapsed:.1f} s (retry_seconds={self._retry_seconds:g}): "
+                    f"ledger database {self._where!r}: {what}: the server could not be reached for "
+                    f"{elapsed:.1f} s ({tries} attempt(s) by this call; retry_seconds={self._retry_seconds:g}): "
                     f"{_clean(error, self._dsn)}. Start the server or check the network, then resume the run "
                     "(evolve(..., ledger=dsn) resumes its saved progress); raise "
                     "PostgresLedger(retry_seconds=...) to wait longer",
-                    where=self._where, attempts=tries, seconds=elapsed) from error
+                    where=self._where, attempts=tries, seconds=max(elapsed, 1e-9)) from error
             pause = min(2.0, 0.05 * 2 ** min(tries, 6)) * (0.5 + self._rng.random())
-            logger.warning("ledger database %s: %s: reconnecting (attempt %d, %.1f s so far): %s",
+            logger.warning("ledger database %s: %s: reconnecting (attempt %d, %.1f s into the outage): %s",
                            self._where, what, tries, elapsed, _clean(error, self._dsn))
             time.sleep(min(pause, max(0.0, self._retry_seconds - elapsed) + 0.01))
 
