@@ -30,7 +30,7 @@ from agentdescent import evolve  # noqa: E402
 from agentdescent.domains.router import RouterDomain  # noqa: E402
 from agentdescent.errors import LedgerError  # noqa: E402
 from agentdescent.ledger import PostgresLedger, SqliteLedger  # noqa: E402
-from agentdescent.ledger.integrity import is_dsn  # noqa: E402
+from agentdescent.ledger.dsn import is_dsn  # noqa: E402
 
 
 def _timed(base: type) -> type:

@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentdescent.engine.progress import read_all_progress  # noqa: E402
 from agentdescent.ledger import PostgresLedger, SqliteLedger  # noqa: E402
-from agentdescent.ledger.integrity import is_dsn  # noqa: E402
+from agentdescent.ledger.dsn import is_dsn  # noqa: E402
 from agentdescent.testing.pgcluster import PostgresCluster  # noqa: E402
 from bench.jsonout import write_json  # noqa: E402
 
@@ -69,7 +69,7 @@ RACER = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     from agentdescent.errors import CASConflict
     from agentdescent.ledger import PostgresLedger, SqliteLedger
-    from agentdescent.ledger.integrity import is_dsn
+    from agentdescent.ledger.dsn import is_dsn
     where, me, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     ledger = PostgresLedger(where) if is_dsn(where) else SqliteLedger(where)
     ledger.head("a")

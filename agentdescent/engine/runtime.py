@@ -32,7 +32,7 @@ from ..budget.allocator import AllocatorPolicy
 from ..budget.governor import BudgetGovernor
 from ..errors import BackendFailure, InvalidArgumentType, RunFailed, RunTimeout
 from ..ledger import Ledger, MemoryLedger, PostgresLedger, SqliteLedger
-from ..ledger.integrity import is_dsn
+from ..ledger.dsn import is_dsn
 from ..merge.aggregator import Aggregator, AggregatorConfig, Evaluator
 from ..merge.demonstrations import demo_slots
 from ..merge.relevance import Relevance

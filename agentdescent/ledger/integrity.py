@@ -28,8 +28,9 @@ from typing import Any
 
 from ..errors import LedgerCorrupted
 from .base import _MAX_LISTED_PROBLEMS, _parse_meta, _parse_state
+from .dsn import is_dsn
 
-__all__ = ["HistoryCheck", "Pointer", "chain", "head_problem", "history_error", "is_dsn", "place", "round_digest",
+__all__ = ["HistoryCheck", "Pointer", "chain", "head_problem", "history_error", "place", "round_digest",
            "run_state_digest", "run_state_problems", "stored_text", "version_digest"]
 
 #: The parent digest of version 1: the chain starts at registration.
@@ -344,11 +345,6 @@ def history_error(path: str, problems: list[str]) -> LedgerCorrupted:
         "check_history=False); do not resume a run on it.",
         path=path, problems=tuple(problems),
     )
-
-
-def is_dsn(value: object) -> bool:
-    """Whether ``value`` names a database ledger (a ``postgresql://`` or ``postgres://`` DSN), not a file."""
-    return isinstance(value, str) and value.lstrip().lower().startswith(("postgresql://", "postgres://"))
 
 
 def place(path: str) -> str:
