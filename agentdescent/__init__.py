@@ -64,7 +64,7 @@ from .errors import (
     SandboxUnavailable,
     UsageError,
 )
-from .ledger import Ledger, LedgerEntry, MemoryLedger, SqliteLedger
+from .ledger import Ledger, LedgerEntry, MemoryLedger, PostgresLedger, SqliteLedger
 from .merge.aggregator import Aggregator, AggregatorConfig, Evaluator
 from .merge.demonstrations import Demonstration, Demonstrations, RulesAndDemos
 from .merge.governance import FAST_MAX, Layer, classify
@@ -162,6 +162,7 @@ __all__ = [
     "MergeOutcome",
     "MergeReport",
     "MonotonicClock",
+    "PostgresLedger",
     "ProposalContractError",
     "Provider",
     "ProviderAuthError",

@@ -5,11 +5,15 @@
   `agentdescent.testing.fakes`.
 - `CachingProviderSim` (a provider priced like a prefix cache) and `SimCall`:
   `agentdescent.testing.simulators`.
+- `PostgresCluster`, a throwaway PostgreSQL server in a temporary folder (``initdb`` and
+  ``pg_ctl``; it starts, stops, restarts and removes it) for testing and benchmarking
+  `agentdescent.ledger.PostgresLedger` against a real server: `agentdescent.testing.pgcluster`
+  (imported from there, not here: it starts processes).
 - One conformance suite per seam (`LedgerConformance`, `StrategyConformance`,
   `StalenessConformance`, `AllocatorConformance`, `EvaluatorConformance`,
   `ProviderConformance`, `RunStateConformance`): `agentdescent.testing.conformance`.
 
-Nothing here is used by the engines themselves, nothing here opens a network connection,
+Nothing here is used by the engines themselves, nothing imported here opens a network connection,
 and nothing here imports pytest: the suites raise ``AssertionError``, so the package
 imports without the dev extras.
 

@@ -55,17 +55,20 @@ class LedgerConformance:
 
         ```python
         from agentdescent.testing import LedgerConformance
-        from my_package import PostgresLedger
+        from my_package import RedisLedger
 
-        class TestPostgresLedger(LedgerConformance):
+        class TestRedisLedger(LedgerConformance):
             commits_per_thread = 10  # a remote store: keep the race short
 
             def make_ledger(self, tmp_path):
-                return PostgresLedger(DSN, schema=f"t_{tmp_path.name}")
+                return RedisLedger(URL, prefix=f"t_{tmp_path.name}")
 
             def close_ledger(self, ledger):
-                ledger.drop_schema_and_close()
+                ledger.drop_prefix_and_close()
         ```
+
+        ``tests/test_ledger_postgres.py`` runs it on `agentdescent.ledger.PostgresLedger`
+        against a real server, one schema per check.
     """
 
     threads: int = 4
