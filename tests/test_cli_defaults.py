@@ -35,6 +35,7 @@ NOT_MIRRORS = {
     ("init", "--test-tasks"),  # a file, read into Split.test_tasks
     ("init", "--strategy"),  # a name (append, keyed, single), made into a Strategy
     ("init", "--proposal"),  # LLMAgent's reply mode (rule, rewrite), not the engine's proposal= rule
+    ("init", "--ledger"),  # a database DSN; without it the ledger is RUN_DIR/ledger.sqlite, not evolve's in-memory one
 }
 
 

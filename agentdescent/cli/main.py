@@ -6,10 +6,11 @@ proposer model when a second one writes the proposals, reward, strategy, initial
 artifact), ``tasks.jsonl`` (a copy of the tasks), ``test_tasks.jsonl`` (a copy of the
 test set, with ``init --test-tasks``), ``tree/`` (with ``init --tree DIR``: a copy of the
 project whose code evolves against its own tests, `agentdescent.cli.runtree`), and once it
-runs ``ledger.sqlite`` (every version of the artifact and the run's progress),
+runs ``ledger.sqlite`` (every version of the artifact and the run's progress; with ``init
+--ledger DSN``, a schema of a PostgreSQL database instead, `agentdescent.cli.runledger`),
 ``rounds.jsonl`` (one JSON line per round, appended as each round ends), ``status.json``
 (atomically replaced) and ``result.json``.
-An API key is never written anywhere.
+An API key, or a database's password, is never written anywhere.
 
 Commands: ``demo``, ``init``, ``plan``, ``run``, ``status``, ``show``, ``resume``,
 ``eval``, ``export``, ``report``, ``mcp`` (the others as MCP tools, `agentdescent.cli.mcp_server`); each
@@ -49,7 +50,6 @@ from typing import Any
 
 from .._version import VERSION as __version__
 from ..engine.entry import evolve
-from ..engine.progress import read_progress
 from ..engine.result import RoundInfo
 from ..errors import (
     AgentDescentError,
@@ -60,7 +60,6 @@ from ..errors import (
     LedgerError,
     UsageError,
 )
-from ..ledger import SqliteLedger
 from ..merge.aggregator import AggregatorConfig
 from ..types import one_line
 from .demo import main as demo_main
@@ -79,6 +78,16 @@ from .rundir import (
     write_tasks,
 )
 from .runinputs import check_inputs, init_inputs
+from .runledger import (
+    check_reachable,
+    database,
+    has_ledger,
+    ledger_flags,
+    ledger_name,
+    open_ledger,
+    read_saved,
+    restart_refused,
+)
 from .runlock import hold
 from .runspec import (
     ARTIFACT_ID,
@@ -143,6 +152,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if run.spec_file.exists() and not args.force:
         raise UsageError(f"{run.spec_file} exists; pick a new RUN_DIR, or pass --force to replace the spec")
     check_flags(args)
+    ledger = ledger_flags(args)  # before anything else: a DSN with a password is refused, never echoed
     api_key_env = check_key_env(args.api_key_env, "--api-key-env") or DEFAULT_KEY_ENV[args.provider]
     common = {
         "format": SPEC_FORMAT, "model": args.model, "provider": args.provider, "base_url": args.base_url,
@@ -151,9 +161,15 @@ def cmd_init(args: argparse.Namespace) -> int:
         "proposer": _proposer_spec(args, api_key_env), "false_accept_rate": args.false_accept_rate,
         "command": _command_line(args),
     }
+    if ledger is not None:  # absent: the ledger is RUN_DIR/ledger.sqlite
+        common["ledger"] = ledger
     check_values(common)  # each value as `run` will check it, named by its flag (`specvalues.FIELDS`)
     if args.tree is not None:
-        return init_tree(args, run, common)
+        if ledger is not None:
+            check_reachable(ledger)  # a wrong host, database or password fails now, not at the first run
+        code = init_tree(args, run, common)
+        _say_ledger(run, common)
+        return code
     if args.tasks is None:
         raise UsageError("--tasks FILE.jsonl is required (or --tree DIR, to evolve a project's code against its "
                          "tests)")
@@ -191,6 +207,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise UsageError(f"--stratify {args.stratify}: task {missing!r} has no {args.stratify!r} field; every task "
                          "needs it (the tasks file's extra fields are the task's meta)")
     make_strategy(spec, tasks)
+    if ledger is not None:
+        check_reachable(ledger)  # last, before anything is written: a wrong host or password fails now
     if run.spec_file.exists():  # --force: not under a run that is going on
         with hold(run.path, "init"):
             _write_init(run, spec, tasks, test_tasks)
@@ -205,7 +223,15 @@ def cmd_init(args: argparse.Namespace) -> int:
               f"its key is read from ${proposer['api_key_env']} at run time")
     if test_tasks:
         print(f"test set: {len(test_tasks)} tasks, scored at the run's start and end (never used for a decision)")
+    _say_ledger(run, spec)
     return 0
+
+
+def _say_ledger(run: RunDir, spec: dict[str, Any]) -> None:
+    """``init``'s line about a database ledger (nothing for the default ``RUN_DIR/ledger.sqlite``)."""
+    if database(spec) is not None:
+        print(f"ledger: the {ledger_name(run, spec)}, reachable; its password, if it needs one, is read from "
+              "PGPASSWORD or a PGPASSFILE (~/.pgpass) at run time")
 
 
 def _write_init(run: RunDir, spec: dict[str, Any], tasks: Sequence[Any], test_tasks: Sequence[Any] | None) -> None:
@@ -254,15 +280,16 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
     test_tasks = load_tasks(run.test_tasks_file, "--test-tasks", minimum=1) if spec.get("test_tasks") else None
     agent = make_agent(spec)
     suite = open_suite(spec, run, tasks) if tree else None  # the tests found again on RUN_DIR/tree
-    if restart:  # only now: a refused run deletes nothing
-        for f in (run.ledger_file, *(run.path / f"ledger.sqlite{end}" for end in ("-wal", "-shm", "-journal")),
-                  run.rounds_file, run.result_file, run.status_file):
+    if restart:  # only now: a refused run deletes nothing (and nothing in a database: `restart_refused`)
+        ledger_files = [] if database(spec) else [
+            run.ledger_file, *(run.path / f"ledger.sqlite{end}" for end in ("-wal", "-shm", "-journal"))]
+        for f in (*ledger_files, run.rounds_file, run.result_file, run.status_file):
             with contextlib.suppress(FileNotFoundError):
                 f.unlink()
     atomic_write(run.spec_file, json.dumps(spec, indent=2, sort_keys=True))
-    ledger = SqliteLedger(run.ledger_file)
+    ledger = open_ledger(run, spec)
     try:
-        saved = read_progress(ledger, ARTIFACT_ID)
+        saved = read_saved(ledger, spec)
         _write_rounds(run, saved.rounds if saved else [])
         spent_before = saved.tokens if saved else 0
         done_before = len(saved.rounds) if saved else 0
@@ -320,7 +347,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
             run.write_status(status)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM, SIGHUP, SIGQUIT (`catching_signals`)
             stop = stopped(exc)
-            kept = read_progress(ledger, ARTIFACT_ID)  # what a resume starts from (a round can end unsaved)
+            kept = read_saved(ledger, spec)  # what a resume starts from (a round can end unsaved)
             done, unit, head = len(kept.rounds) if kept else 0, status["unit"], ledger.versions().get(ARTIFACT_ID)
             status.update(state=stop.state, stop_reason=stop.state, signal=stop.name, round=done, head_version=head,
                           stopped=now())
@@ -372,11 +399,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(run: RunDir, args: argparse.Namespace) -> int:
     spec = run.spec()
-    if not run.ledger_file.exists() and run.status_file.exists() and not args.restart:
-        raise no_ledger(run)
-    if run.ledger_file.exists() and not args.restart:
-        raise UsageError(f"{run.path} has already run; `agentdescent resume {run.path}` continues it "
-                         "(or pass --restart to start over, which deletes its ledger)")
+    ran = has_ledger(run, spec)
+    if ran and args.restart and database(spec):
+        raise restart_refused(run, spec)
+    if not ran and run.status_file.exists() and not args.restart:
+        raise no_ledger(run, spec)
+    if ran and not args.restart:
+        then = "" if database(spec) else " (or pass --restart to start over, which deletes its ledger)"
+        raise UsageError(f"{run.path} has already run; `agentdescent resume {run.path}` continues it{then}")
     settings = dict(run_rounds=args.rounds, run_workers=args.workers, run_max_tokens=args.max_tokens,
                     run_async=args.asynchronous, run_patience=args.patience, run_command=_command_line(args))
     check_values(settings)  # as the spec is checked when opened: a value the spec could not hold is refused now
@@ -394,11 +424,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _resume(run: RunDir, args: argparse.Namespace) -> int:
     spec = run.spec()
-    if not run.ledger_file.exists():
-        raise no_ledger(run)
+    if not has_ledger(run, spec):
+        raise no_ledger(run, spec)
     _settle_inputs(run, spec, args)
-    with SqliteLedger(run.ledger_file) as ledger:
-        saved = read_progress(ledger, ARTIFACT_ID)
+    with open_ledger(run, spec) as ledger:
+        saved = read_saved(ledger, spec)
     planned, workers = spec_knob(spec, "rounds", "run_rounds"), spec_knob(spec, "n_workers", "run_workers")
     if spec.get("run_async"):  # an async run's saved rounds are merges: what is left is counted in rollouts
         done_rollouts = sum(r.rollouts for r in saved.rounds) if saved else 0
@@ -492,12 +522,24 @@ def _failed(args: argparse.Namespace, exc: BaseException, code: int) -> int:
     """
     if disk_full(exc):
         run = RunDir(args.run_dir)
-        then = (f"agentdescent resume {run.path}" if args.command in ("run", "resume") and run.ledger_file.exists()
+        then = (f"agentdescent resume {run.path}" if args.command in ("run", "resume") and _resumable(run)
                 else _command_line(args))
         print(f"agentdescent {args.command}: {redact(disk_full_line(run.path, exc, f'`{then}`'))}", file=sys.stderr)
         return 1
     print(f"agentdescent {args.command}: {_error_line(exc)}", file=sys.stderr)
     return code
+
+
+def _resumable(run: RunDir) -> bool:
+    """Whether ``resume`` could go on with the run (it has a ledger); False when that cannot be told."""
+    try:
+        spec = run.spec()
+    except (UsageError, OSError):
+        spec = {}  # the ledger file is the default
+    try:
+        return has_ledger(run, spec)
+    except LedgerError:
+        return False
 
 
 def _error_line(exc: BaseException) -> str:

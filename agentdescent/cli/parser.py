@@ -28,6 +28,7 @@ from .._version import VERSION
 from ..engine.config import RunConfig
 from ..errors import InvalidArgument
 from ..merge.aggregator_config import AggregatorConfig
+from .runledger import DEFAULT_SCHEMA
 from .runspec import REWARD_HELP, knob_default, redact
 from .runtree import DEFAULT_SUITE_TIMEOUT
 from .specvalues import PROVIDERS
@@ -41,6 +42,7 @@ KNOB_FLAGS: Mapping[tuple[str, str], str] = {
     ("init", "--held-out-frac"): "held_out_frac",
     ("init", "--stratify"): "stratify",
     ("init", "--false-accept-rate"): "false_accept_rate",
+    ("init", "--run-id"): "run_id",
     ("plan", "--rounds"): "rounds",
     ("plan", "--workers"): "n_workers",
     ("run", "--rounds"): "rounds",
@@ -233,6 +235,21 @@ def _init_calls(p: argparse.ArgumentParser) -> None:
                    "(default: the server's)")
 
 
+def _init_ledger(p: argparse.ArgumentParser) -> None:
+    """``init``'s ledger: RUN_DIR/ledger.sqlite, or a schema of a PostgreSQL database (`agentdescent.cli.runledger`)."""
+    p.add_argument("--ledger", metavar="DSN", default=None,
+                   help="keep the ledger in a PostgreSQL database, postgresql://USER@HOST:PORT/DBNAME, never with "
+                   "a password in it (libpq reads it from PGPASSWORD or a PGPASSFILE, ~/.pgpass); checked now "
+                   "(default: RUN_DIR/ledger.sqlite)")
+    p.add_argument("--ledger-schema", metavar="NAME", default=None,
+                   help="with --ledger: the schema holding the ledger's tables; each run needs its own, but run directories "
+                   f"sharing one artifact (--run-id) give the same one (default: {DEFAULT_SCHEMA})")
+    _knob(p, "init", "--run-id", metavar="ID",
+          help="with --ledger: this run directory's driver name, to evolve one artifact from several run "
+          "directories (on several hosts) in one database and schema, each with its own ID and progress "
+          "(default: none, the run holds the artifact alone)")
+
+
 def _add_init(sub: Any) -> None:
     p = _command(sub, "init", "make a run directory: spec.json and a copy of the tasks (with --tree, of a "
                  "project whose code evolves against its tests)")
@@ -241,6 +258,7 @@ def _add_init(sub: Any) -> None:
     _init_tree(p)
     _init_knobs(p)
     _init_calls(p)
+    _init_ledger(p)
     p.add_argument("--force", action="store_true", help="replace an existing spec")
 
 
@@ -256,7 +274,8 @@ def _add_plan(sub: Any) -> None:
 
 
 def _add_run(sub: Any) -> None:
-    p = _command(sub, "run", "run it, writing ledger.sqlite, rounds.jsonl, status.json, result.json")
+    p = _command(sub, "run", "run it, writing ledger.sqlite (or its init --ledger database), rounds.jsonl, "
+                 "status.json, result.json")
     _knob(p, "run", "--rounds", type=_positive, metavar="R",
           help="rounds to run (with --async: rounds x workers rollouts)")
     _knob(p, "run", "--workers", type=_positive, metavar="W", help="workers a round, each one task at a time")
@@ -264,7 +283,9 @@ def _add_run(sub: Any) -> None:
     _knob(p, "run", "--patience", type=_positive, metavar="N",
           help="stop after N rounds' worth of rollouts without a commit (default: never)")
     p.add_argument("--async", dest="asynchronous", action="store_true", help="the barrier-free runtime")
-    p.add_argument("--restart", action="store_true", help="delete the ledger and rounds and start over")
+    p.add_argument("--restart", action="store_true",
+                   help="delete the ledger and rounds and start over (a database ledger is never dropped: refused "
+                   "while the database holds the run)")
     _accept_changed(p)
 
 

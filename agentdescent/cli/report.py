@@ -1,8 +1,8 @@
 """The run report: one self-contained HTML page about a run directory (``agentdescent report``).
 
 `build_report` reads a run directory (``spec.json``, ``status.json``, ``rounds.jsonl``,
-``result.json``, the tasks files and the ledger's versions, through `agentdescent.cli.rundir`
-and `agentdescent.cli.runspec`) and returns one HTML page: the settings and the commands, the
+``result.json``, the tasks files and the ledger's versions, through `agentdescent.cli.rundir`,
+`agentdescent.cli.runledger` and `agentdescent.cli.runspec`) and returns one HTML page: the settings and the commands, the
 held-out reward over rounds and over tokens (inline SVG charts with labelled axes), the
 test set's before and after with its interval and the answers given on it (a warning when
 the final artifact gives nearly one answer to every test task), every commit with its diff, evidence and
@@ -52,6 +52,7 @@ from .reportsections import _rounds_table as _rounds_table
 from .reportsections import _task as _task
 from .reportsections import _test_block as _test_block
 from .rundir import RunDir
+from .runledger import has_ledger
 from .runspec import load_versions
 
 __all__ = ["build_report"]
@@ -130,7 +131,7 @@ def build_report(run: RunDir) -> str:
     rows = [r for r in run.rounds() if isinstance(r, Mapping)]
     result, result_problem = _result(run)
     prompts, counts = _prompts(run, spec)
-    if run.ledger_file.exists():
+    if has_ledger(run, spec):
         states, strategy = load_versions(run)
     else:
         states, strategy = {}, None

@@ -73,6 +73,12 @@ def _settings(spec: Mapping[str, Any], counts: Sequence[int | None]) -> str:
         held = f" (about {round(n * frac)} held out)" if what == "tasks" and n and frac is not None and \
             0 <= frac <= 1 else ""
         rows.append((what, f"{n}{held}" if n is not None else NOT_RECORDED + " (the file cannot be read)"))
+    ledger = spec.get("ledger")
+    if isinstance(ledger, Mapping):  # a database ledger (init --ledger; never a password in it)
+        shared = f", run id <code>{_e(ledger.get('run_id'))}</code>" if ledger.get("run_id") else ""
+        rows.append(("ledger", f"PostgreSQL <code>{_e(ledger.get('dsn'))}</code>, schema "
+                               f"<code>{_e(ledger.get('schema'))}</code>{shared}"))
+    shown.add("ledger")
     proposer = spec.get("proposer")
     if isinstance(proposer, Mapping):
         parts = [f"{_e(k)} <code>{_e(v)}</code>" for k, v in proposer.items() if not secret(str(k)) and v is not None]

@@ -6,7 +6,7 @@
 installed packages), `check_answers` (every task can be scored, before any call),
 `make_strategy`, `initial_state`, `spec_knob` and `spec_split` (an engine knob the spec
 holds, or the engines' own default: `knob_default`), `load_versions` (the artifact's versions in the run's
-ledger), `ledger_problem` (a missing or damaged ledger, in words) and `make_agent` (an
+ledger) and `make_agent` (an
 `agentdescent.LLMAgent`, in rewrite mode for the ``single`` strategy and edit mode for a
 ``tree``; keys read from their environment variables at the moment it is built, never
 stored). A ``tree`` run (``init --tree``) evolves the files of its snapshot
@@ -17,7 +17,9 @@ built-in or C function, not a class) defined in a file in the run directory, the
 directory, a ``PYTHONPATH`` entry or the installed packages (not the standard library),
 whose signature takes ``(task, output)``; `check_reward_call` then calls it on a sample
 task (``init``). Secrets stay out of the spec: `check_key_env`, `check_base_url` and
-`redact` are `agentdescent.cli.specvalues`' (each spec key's one check), named here too.
+`redact` are `agentdescent.cli.specvalues`' (each spec key's one check), named here too, and
+`ARTIFACT_ID`, `ledger_problem` and `no_ledger` `agentdescent.cli.runledger`'s (the one place
+that opens a run's ledger).
 It must not write files or print.
 """
 
@@ -39,13 +41,13 @@ from typing import Any
 from .. import rewards
 from ..code import FileTree
 from ..engine.config import SYNC_ENGINE, Split, engine_signature
-from ..errors import InvalidArgument, LedgerCorrupted, LedgerError, RewardContractError, UsageError
-from ..ledger import SqliteLedger
+from ..errors import InvalidArgument, RewardContractError, UsageError
 from ..merge.aggregator_config import AggregatorConfig
 from ..merge.demonstrations import RulesAndDemos
 from ..merge.strategies import AppendRules, KeyedRules, SingleSlot, Strategy
 from ..types import Task
 from .rundir import RunDir, load_tasks
+from .runledger import ARTIFACT_ID, has_ledger, ledger_name, ledger_problem, no_ledger, open_ledger
 from .specvalues import DEFAULT_KEY_ENV, check_base_url, check_key_env, looks_like_key, redact
 
 __all__ = ["ARTIFACT_ID", "DEFAULT_KEY_ENV", "REWARD_HELP", "check_answers", "check_base_url",
@@ -53,7 +55,6 @@ __all__ = ["ARTIFACT_ID", "DEFAULT_KEY_ENV", "REWARD_HELP", "check_answers", "ch
            "load_versions", "looks_like_key", "make_agent", "make_reward", "make_strategy", "no_ledger",
            "proposal_mode", "redact", "spec_knob", "spec_split", "tree_entry"]
 
-ARTIFACT_ID = "artifact"
 REWARD_HELP = ("exact, normalized, contains, choice:A,B,..., number:TOL (number:1% relative), "
             "regex:PATTERN ({answer} in it is the task's answer) or MODULE:FUNC")
 #: the kinds of the built-in ``--reward`` names (`agentdescent.rewards.builtin.by_name`)
@@ -392,45 +393,22 @@ def make_agent(spec: dict[str, Any], *, propose: bool = True) -> Any:
 def load_versions(run: RunDir) -> tuple[dict[int, dict[str, str]], Strategy]:
     """Every version of the run's artifact in its ledger (version -> state), and the strategy that renders them.
 
-    The ledger is opened read-only (``SqliteLedger(read_only=True)``): its history is checked,
-    nothing is written, and a run directory on a read-only mount reads as any other.
+    The ledger (its file, or its database: `agentdescent.cli.runledger`) is opened read-only:
+    its history is checked, nothing is written, and a run directory on a read-only mount
+    reads as any other.
 
     Raises:
         UsageError: the run has no ledger yet.
     """
     spec = run.spec()
-    if not run.ledger_file.exists():
-        raise no_ledger(run)
-    ledger = SqliteLedger(run.ledger_file, read_only=True)
+    if not has_ledger(run, spec):
+        raise no_ledger(run, spec)
+    ledger = open_ledger(run, spec, read_only=True)
     try:
         states = {entry.version: dict(entry.state) for entry in ledger.history(ARTIFACT_ID)}
     finally:
         ledger.close()
     if not states:
-        raise UsageError(f"{run.ledger_file}: holds no version of the run's artifact; `agentdescent run {run.path} "
-                         "--restart` starts over")
+        raise UsageError(f"{ledger_name(run, spec)}: holds no version of the run's artifact; `agentdescent run "
+                         f"{run.path} --restart` starts over")
     return states, make_strategy(spec, load_tasks(run.tasks_file))
-
-
-def no_ledger(run: RunDir) -> UsageError:
-    """The error for a run directory without ``ledger.sqlite``: not run yet, or its ledger is gone."""
-    if any(f.exists() for f in (run.status_file, run.rounds_file, run.result_file)):
-        return UsageError(f"{run.ledger_file}: missing, though {run.path} has run (it was deleted or moved); "
-                          f"restore it, or start over with `agentdescent run {run.path} --restart`")
-    return UsageError(f"{run.path} has no ledger yet; `agentdescent run {run.path}` first")
-
-
-def ledger_problem(run: RunDir) -> tuple[str, str] | None:
-    """What is wrong with the run's ledger, ``("missing", "")``, ``("damaged", the error in one line)``
-    or ``("unreadable", the error)`` (not damage: a newer or older schema, another application's file), or None.
-
-    Opening read-only checks the file's whole history (`agentdescent.ledger.SqliteLedger`)
-    and writes nothing; a missing file is not created.
-    """
-    if not os.path.lexists(run.ledger_file):
-        return "missing", ""
-    try:
-        SqliteLedger(run.ledger_file, read_only=True).close()
-    except LedgerError as exc:
-        return "damaged" if isinstance(exc, LedgerCorrupted) else "unreadable", " ".join(str(exc).split())
-    return None

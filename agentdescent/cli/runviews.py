@@ -1,8 +1,9 @@
 """The command line's read-only commands: ``status``, ``show``, ``eval``, ``export`` and ``report``.
 
-Each reads a run directory (spec, status, rounds, the ledger, opened read-only:
-``SqliteLedger(read_only=True)``, so a run directory on a read-only mount reads as any
-other) and changes nothing in it:
+Each reads a run directory (spec, status, rounds, the ledger, opened read-only by
+`agentdescent.cli.runledger`: ``SqliteLedger(read_only=True)``, so a run directory on a
+read-only mount reads as any other, or its database's ``PostgresLedger(read_only=True)``)
+and changes nothing in it:
 ``eval`` calls the run's model on other tasks (on a tree run, runs the run's tests in
 the sandbox instead) and writes only where ``--json`` says, outside the run directory;
 ``export`` and ``report`` write only their output file (a tree run's ``export``, its
@@ -42,11 +43,11 @@ from .rundir import (
     read_json,
     write_output,
 )
+from .runledger import database, has_ledger, ledger_name, ledger_problem
 from .runspec import (
     check_answers,
     initial_state,
     is_tree,
-    ledger_problem,
     load_versions,
     make_agent,
     make_reward,
@@ -126,7 +127,7 @@ def _count(value: Any) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
-    run.spec()
+    spec = run.spec()
     status = run.status()
     rounds = run.rounds()
     unit = "merge" if status.get("unit") == "merge" else "round"
@@ -138,12 +139,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         line += f" ({status['signal']})"
     elif state == "failed" and status.get("stop_reason") == DISK_FULL:
         line += f": {DISK_FULL}"  # the error line says where and what to do
-    problem = ledger_problem(run) if state in ("finished", "failed", *STOPPED) else None
+    problem = ledger_problem(run, spec) if state in ("finished", "failed", *STOPPED) else None
     if problem:
-        line += f", but ledger.sqlite is {problem[0]}"
+        line += f", but {'the ' if database(spec) else ''}{ledger_name(run, spec, short=True)} is {problem[0]}"
     elif state in STOPPED:
         line += f"; go on with `agentdescent resume {run.path}`"
     print(line)
+    if database(spec) and not problem:
+        print(f"ledger: the {ledger_name(run, spec)}")
     if problem and problem[1]:
         print(f"ledger: {redact(problem[1])}")
     if unit == "merge":
@@ -243,7 +246,7 @@ def _show_round(run: RunDir, index: int) -> int:
 
 def _version(run: RunDir, spec: dict[str, Any], version: int | None) -> tuple[int, dict[str, str], str, Any]:
     """The version ``eval`` scores (default: the head), its state, its label and the strategy."""
-    if run.ledger_file.exists() or run.status_file.exists():
+    if has_ledger(run, spec) or run.status_file.exists():
         states, strategy = load_versions(run)
         v = _pick(states, version, "--version")
         return v, states[v], f"v{v} of {max(states)}", strategy

@@ -10,9 +10,10 @@ use a number in (0, 1) ...``). `check_spec` runs them on a stored spec, at every
 run directory (`agentdescent.cli.rundir.RunDir.spec`): the error names the file, the
 key, the value and the fix, in one line. Either is a `UsageError` (exit 2).
 
-The secrets rules are two keys' checks and live here too: `check_key_env` refuses a key
+The secrets rules are three keys' checks and live here too: `check_key_env` refuses a key
 given where the NAME of its variable goes, `check_base_url` a URL holding a user name, a
-password, a key-shaped query value or a ``#fragment``, neither echoing it, and `redact`
+password, a key-shaped query value or a ``#fragment``, neither echoing it, the ``ledger``
+key's check a database DSN holding a password (`agentdescent.cli.runledger`), and `redact`
 takes key-shaped strings out of any message.
 
 It must not read or write a file, nor import another module of the command line.
@@ -31,6 +32,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ..engine.config import Limits, Schedule, Split
 from ..errors import InvalidArgument, UsageError
+from ..ledger.dsn import dsn_has_password, is_dsn
 from ..merge.aggregator_config import AggregatorConfig
 from ..merge.demonstrations import RulesAndDemos
 from ..validation import check_bool, check_int, check_real, check_text
@@ -209,6 +211,18 @@ def _object(shape: str) -> Callable[[Any, str], None]:
     return check
 
 
+def _ledger(value: Any, flag: str) -> None:
+    """``{"dsn": "postgresql://...", "schema": NAME, "run_id": ID or null}`` (`agentdescent.cli.runledger`)."""
+    run_id = value.get("run_id") if isinstance(value, dict) else None
+    if not (isinstance(value, dict) and is_dsn(value.get("dsn")) and isinstance(value.get("schema"), str)
+            and value["schema"] and (run_id is None or (isinstance(run_id, str) and run_id.strip()))):
+        raise InvalidArgument('not the ledger database init records ({"dsn": "postgresql://USER@HOST:PORT/DBNAME", '
+                              '"schema": NAME, "run_id": null or a name})')
+    if dsn_has_password(value["dsn"]):
+        raise InvalidArgument("its DSN holds a password (not shown), which a run directory never stores; delete it "
+                              "from the DSN and put it in PGPASSWORD or a PGPASSFILE (~/.pgpass)")
+
+
 @dataclass(frozen=True)
 class Field:
     """One key of ``spec.json``: the command and flag that set it, what it is, and its one check.
@@ -280,6 +294,8 @@ FIELDS = (
           nullable=True, fix=_NONE),
     Field("tree", "init", "--tree", "the tree run's files and tests",
           _object('{"include": [...], "exclude": [...], "test_cmd": ..., "timeout": ...}'), nullable=True, fix=_NONE),
+    Field("ledger", "init", "--ledger", "the database holding the run's ledger", _ledger, nullable=True,
+          secret=True, fix="or remove the key to keep the ledger in RUN_DIR/ledger.sqlite"),
     Field("run_rounds", "run", "--rounds", "the rounds the run was given",
           _engine(lambda v: check_int(v, "rounds", low=1))),
     Field("run_workers", "run", "--workers", "the workers a round", _engine(lambda v: Schedule(n_workers=v))),
