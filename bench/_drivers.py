@@ -4,8 +4,9 @@ Kept apart from the bench so a Dask worker that unpickles `drive` imports this s
 module only. `drive` runs the offline router domain on one artifact of a ledger it opens
 itself (a ``postgresql://`` DSN, a `PostgresLedger`, or a SQLite path, a `SqliteLedger`),
 as the sharing driver ``run_id``, and returns what its result and its ledger calls say:
-rounds, commits, tokens, and the duration of every merge (the ledger's outermost
-``atomic()`` block, in which a round is decided, committed and saved). As a script it
+rounds, commits, tokens, the duration of every merge (the ledger's outermost ``atomic()``
+block, in which a round is decided, committed and saved) and of its writing part (from the
+block's first write, the commit or the save, to the block's commit: the ledger's own share). As a script it
 takes its arguments as one JSON object and prints its answer as one JSON line, or the
 error's type and message (exit 3 for a ledger error, so a killer can tell them apart).
 
@@ -35,9 +36,10 @@ from agentdescent.ledger.dsn import is_dsn  # noqa: E402
 
 def _timed(base: type) -> type:
     class Timed(base):  # type: ignore[misc, valid-type]
-        """The ledger, timing each outermost block of writes (one merge)."""
+        """The ledger, timing each outermost block of writes (one merge) and the part of it that writes."""
 
         merges: list[float]
+        writes: list[float]
 
         @contextmanager
         def atomic(self) -> Iterator[None]:
@@ -50,7 +52,24 @@ def _timed(base: type) -> type:
             finally:
                 self._local.bench_depth = depth
                 if depth == 0:
-                    self.merges.append(time.perf_counter() - started)
+                    ended = time.perf_counter()
+                    self.merges.append(ended - started)
+                    first = getattr(self._local, "bench_first_write", None)
+                    if first is not None:  # from the block's first write to its commit: the ledger's part
+                        self.writes.append(ended - first)
+                    self._local.bench_first_write = None
+
+        def _mark(self) -> None:
+            if getattr(self._local, "bench_depth", 0) and getattr(self._local, "bench_first_write", None) is None:
+                self._local.bench_first_write = time.perf_counter()
+
+        def commit(self, *args: Any, **kwargs: Any) -> int:
+            self._mark()
+            return super().commit(*args, **kwargs)
+
+        def save_run_state(self, *args: Any, **kwargs: Any) -> None:
+            self._mark()
+            super().save_run_state(*args, **kwargs)
 
     Timed.__name__ = f"Timed{base.__name__}"
     return Timed
@@ -63,7 +82,7 @@ TimedSqlite = _timed(SqliteLedger)
 def open_ledger(where: str, run_id: str, **options: Any) -> Any:
     """A timed `PostgresLedger` (``where`` a DSN) or `SqliteLedger` (a path) for driver ``run_id``."""
     ledger = (TimedPostgres if is_dsn(where) else TimedSqlite)(where, run_id=run_id, **options)
-    ledger.merges = []
+    ledger.merges, ledger.writes = [], []
     return ledger
 
 
@@ -72,7 +91,8 @@ def drive(where: str, run_id: str, seed: int, rounds: int, latency: float = 0.00
     """Run ``rounds`` rounds of the router domain as driver ``run_id`` on the ledger at ``where``; resume if saved.
 
     Returns:
-        ``{"run_id", "rounds", "commits", "tokens", "merges": [seconds...], "seconds"}``, or
+        ``{"run_id", "rounds", "commits", "tokens", "merges": [seconds...], "writes": [seconds...],
+        "seconds"}`` (``writes``: each merge's part from its first write to its commit), or
         ``{"run_id", "error": type name, "message", "outage_s"}`` when a ledger error ended the run
         (``outage_s``: for `LedgerUnavailable`, how long the server had been failing its calls).
     """
@@ -85,11 +105,12 @@ def drive(where: str, run_id: str, seed: int, rounds: int, latency: float = 0.00
     except LedgerError as exc:
         return {"run_id": run_id, "error": type(exc).__name__, "message": str(exc)[:600],
                 "outage_s": getattr(exc, "seconds", None), "seconds": time.monotonic() - started,
-                "merges": ledger.merges}
+                "merges": ledger.merges, "writes": ledger.writes}
     finally:
         ledger.close()
     return {"run_id": run_id, "rounds": len(result.history), "commits": sum(r.committed for r in result.history),
-            "tokens": result.usage.total_tokens, "merges": ledger.merges, "seconds": time.monotonic() - started}
+            "tokens": result.usage.total_tokens, "merges": ledger.merges, "writes": ledger.writes,
+            "seconds": time.monotonic() - started}
 
 
 def main() -> int:
