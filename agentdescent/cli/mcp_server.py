@@ -237,9 +237,11 @@ def serve(root: str, call: Call) -> int:
              proposer_api_key_env: str | None = None, seed: int | None = None,
              held_out_frac: float | None = None, stratify: str | None = None,
              false_accept_rate: float | None = None, call_tokens: int | None = None,
-             temperature: float | None = None, force: bool = False) -> CallToolResult:
+             temperature: float | None = None, ledger: str | None = None, ledger_schema: str | None = None,
+             run_id: str | None = None, force: bool = False) -> CallToolResult:
         """Make a run directory (`agentdescent init`): spec.json and a copy of the tasks. The API key is never
-        given here: name the environment variable holding it (api_key_env)."""
+        given here: name the environment variable holding it (api_key_env). ledger: a postgresql:// DSN
+        without a password (the server's PGPASSWORD or PGPASSFILE holds it), with ledger_schema and run_id."""
         given = locals()
         return quick("init", run_dir, **{name: given[name] for name in inspect.signature(init).parameters
                                          if name != "run_dir"})
