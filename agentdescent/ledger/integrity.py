@@ -20,9 +20,10 @@ recompute the chain.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from .base import _MAX_LISTED_PROBLEMS, _parse_meta, _parse_state
 from .dsn import is_dsn
 
 __all__ = ["HistoryCheck", "Pointer", "chain", "head_problem", "history_error", "place", "round_digest",
-           "run_state_digest", "run_state_problems", "stored_text", "version_digest"]
+           "run_state_digest", "run_state_problems", "saved_progress", "stored_text", "version_digest"]
 
 #: The parent digest of version 1: the chain starts at registration.
 ROOT_DIGEST = ""
@@ -132,6 +133,46 @@ def run_state_problems(run_id: str, state: tuple[str | None, object] | None,
         problems.append(f"saved round(s) {', '.join(altered)} do not match their digests: changed outside "
                         "agentdescent (a flipped bit, or a hand edit)")
     return problems
+
+
+def saved_progress(run_id: str, state: tuple[str | None, object] | None,
+                   rounds: list[tuple[object, str | None, object]],
+                   damaged: Callable[[str, str], Exception], problems: Iterable[str] = ()) -> dict[str, Any] | None:
+    """A run's saved progress from its stored rows, checked (both ledgers' ``load_run_state``).
+
+    Args:
+        run_id: the run.
+        state: its ``run_state`` row as ``(text, digest)`` (text None: not UTF-8), or None.
+        rounds: its ``run_rounds`` rows as ``(index, text, digest)``, in index order.
+        damaged: makes the ledger's `RunStateDamaged` from ``(run_id, what)``.
+        problems: what the ledger found wrong itself (a row with no digest where every row has one).
+
+    Returns:
+        The saved state with its rounds under ``"history"``, or None when nothing was saved.
+
+    Raises:
+        RunStateDamaged: (from ``damaged``) a row does not match its digest or is not UTF-8, rounds
+            are stored without their state, the state is not a JSON object, or a round is not JSON.
+    """
+    found = [*problems, *run_state_problems(run_id, state, rounds)]
+    if found:
+        raise damaged(run_id, "; ".join(found))
+    if state is None:
+        if rounds:
+            raise damaged(run_id, f"{len(rounds)} saved round(s) are stored but the run's saved state (its row in "
+                          "the run_state table) is missing, so its counters, spend and stop rules are lost")
+        return None
+    try:
+        loaded: Any = json.loads(state[0])  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        loaded = exc
+    if not isinstance(loaded, dict):
+        raise damaged(run_id, f"its saved state is not a JSON object ({loaded})")
+    try:
+        loaded["history"] = [json.loads(text) for _, text, _ in rounds]  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise damaged(run_id, f"a saved round is not JSON ({exc})") from None
+    return loaded
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from .integrity import (
     round_digest,
     row_error,
     run_state_digest,
-    run_state_problems,
+    saved_progress,
     version_digest,
 )
 from .lease import DEFAULT_EXPIRY, LeaseHolder
@@ -404,16 +404,7 @@ class PostgresLedger(PgSchemaKeeper, PgConnectionKeeper, LeaseHolder, RowReader,
                     raise _unknown(artifact_id, self._known_ids(conn))
             return rows
 
-        entries = []
-        for version, state_json, meta_json, parent, digest in self._retry(f"history({artifact_id!r})", attempt):
-            state = self._load_state(artifact_id, version, state_json)
-            audit = self._load_meta(artifact_id, version, meta_json)
-            if digest != version_digest(artifact_id, version, parent, state_json, meta_json):
-                raise row_error(self._where, artifact_id,
-                                f"version {version} does not match its digest: its state or audit "
-                                "record was changed outside agentdescent")
-            entries.append(LedgerEntry(artifact_id, int(version), state, audit))
-        return entries
+        return self._entries(artifact_id, self._retry(f"history({artifact_id!r})", attempt))
 
     def blast_radius(self, artifact_id: str) -> float:
         """Return the blast radius given to ``register``.
@@ -488,33 +479,15 @@ class PostgresLedger(PgSchemaKeeper, PgConnectionKeeper, LeaseHolder, RowReader,
             return stored, saved
 
         stored, saved = self._retry(what, attempt)
-        problems = []
+        problems = []  # every row here has its digest: an empty one was written outside agentdescent
         if stored is not None and not stored[1]:
             problems.append("its saved state has no digest (it was written outside agentdescent)")
         bare = [str(idx) for idx, _, mark in saved if not mark]
         if bare:
             problems.append(f"saved round(s) {', '.join(bare)} have no digest (written outside agentdescent)")
         row = None if stored is None else (stored[0], stored[1])
-        problems += run_state_problems(run_id, row, [(idx, text, mark) for idx, text, mark in saved])
-        if problems:
-            raise self._run_state_damaged(run_id, "; ".join(problems))
-        if row is None:
-            if saved:
-                raise self._run_state_damaged(
-                    run_id, f"{len(saved)} saved round(s) are stored but the run's saved state (its row in the "
-                    "run_state table) is missing, so its counters, spend and stop rules are lost")
-            return None
-        try:
-            state = json.loads(row[0])
-        except (TypeError, ValueError) as exc:
-            state = exc
-        if not isinstance(state, dict):
-            raise self._run_state_damaged(run_id, f"its saved state is not a JSON object ({state})")
-        try:
-            state["history"] = [json.loads(text) for _, text, _ in saved]
-        except (TypeError, ValueError) as exc:
-            raise self._run_state_damaged(run_id, f"a saved round is not JSON ({exc})") from None
-        return state
+        return saved_progress(run_id, row, [(idx, text, mark) for idx, text, mark in saved],
+                              self._run_state_damaged, problems)
 
     def _run_state_damaged(self, run_id: str, what: str) -> RunStateDamaged:
         return RunStateDamaged(

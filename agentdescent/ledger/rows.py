@@ -3,8 +3,9 @@
 `RowReader` is a mixin of `agentdescent.ledger.sqlite.SqliteLedger`: given a connection
 (the ledger's ``_conn``), it reads an artifact's head through its head pointer in one
 SELECT (``_head_row``, checked by `agentdescent.ledger.integrity.head_problem`), lists the
-known ids for the error on an unknown one (``_known_ids``), and parses a stored state,
-audit record or blast radius (``_load_state``, ``_load_meta``, ``_radius``), refusing a
+known ids for the error on an unknown one (``_known_ids``), parses a stored state,
+audit record or blast radius (``_load_state``, ``_load_meta``, ``_radius``) and a history's
+rows, each checked against its digest (``_entries``), refusing a
 damaged one with `LedgerCorrupted` naming the file, the artifact and the version. It uses
 the ledger's ``_path``.
 
@@ -14,11 +15,12 @@ It must not write anything, nor open a connection or a transaction of its own.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .base import _parse_meta, _parse_state, _unknown
-from .integrity import head_problem, row_error
+from .base import LedgerEntry, _parse_meta, _parse_state, _unknown
+from .integrity import head_problem, row_error, version_digest
 
 __all__ = ["RowReader"]
 
@@ -72,6 +74,23 @@ class RowReader:
             raise row_error(str(self._path), artifact_id, problem,
                             f"; history({artifact_id!r}) still reads the versions that survive")
         return int(pointer), pointer_digest, state_json
+
+    def _entries(self, artifact_id: str, rows: Iterable[tuple[Any, Any, Any, Any, Any]]) -> list[LedgerEntry]:
+        """``history``'s entries from ``(version, state_json, meta_json, parent_digest, digest)`` rows,
+        each parsed and checked against its digest; raise `LedgerCorrupted` for the first that is not."""
+        entries = []
+        for version, state_json, meta_json, parent, digest in rows:
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise row_error(str(self._path), artifact_id,
+                                f"a row has version {version!r}; versions are integers from 1")
+            state = self._load_state(artifact_id, version, state_json)
+            audit = self._load_meta(artifact_id, version, meta_json)
+            if digest != version_digest(artifact_id, version, parent, state_json, meta_json):
+                raise row_error(str(self._path), artifact_id,
+                                f"version {version} does not match its digest: its state or audit "
+                                "record was changed outside agentdescent")
+            entries.append(LedgerEntry(artifact_id, version, state, audit))
+        return entries
 
     def _radius(self, artifact_id: str, value: Any) -> float:
         try:

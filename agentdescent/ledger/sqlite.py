@@ -51,7 +51,7 @@ from .integrity import (
     round_digest,
     row_error,
     run_state_digest,
-    run_state_problems,
+    saved_progress,
     stored_text,
     version_digest,
 )
@@ -432,19 +432,7 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
             ).fetchall()
             if not rows:
                 raise _unknown(artifact_id, self._known_ids(conn))
-        entries = []
-        for version, state_json, meta_json, parent, digest in rows:
-            if isinstance(version, bool) or not isinstance(version, int):
-                raise row_error(str(self._path), artifact_id,
-                                f"a row has version {version!r}; versions are integers from 1")
-            state = self._load_state(artifact_id, version, state_json)
-            audit = self._load_meta(artifact_id, version, meta_json)
-            if digest != version_digest(artifact_id, version, parent, state_json, meta_json):
-                raise row_error(str(self._path), artifact_id,
-                                f"version {version} does not match its digest: its state or audit "
-                                "record was changed outside agentdescent")
-            entries.append(LedgerEntry(artifact_id, version, state, audit))
-        return entries
+        return self._entries(artifact_id, rows)
 
     def save_run_state(self, run_id: str, state: Mapping[str, Any],
                        rounds: Sequence[Mapping[str, Any]] = ()) -> None:
@@ -501,27 +489,7 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
             ).fetchall()
         row = None if stored is None else (stored_text(stored[0]), stored_text(stored[1]))
         rounds = [(idx, stored_text(raw), stored_text(mark)) for idx, raw, mark in saved]
-        problems = run_state_problems(run_id, row, rounds)
-        if problems:
-            raise self._run_state_damaged(run_id, "; ".join(problems))
-        if row is None:
-            if rounds:
-                raise self._run_state_damaged(
-                    run_id, f"{len(rounds)} saved round(s) are stored but the run's saved state (its "
-                    "row in the run_state table) is missing, so its counters, spend and stop rules "
-                    "are lost")
-            return None
-        try:
-            state = json.loads(row[0])
-        except (TypeError, ValueError) as exc:
-            state = exc
-        if not isinstance(state, dict):
-            raise self._run_state_damaged(run_id, f"its saved state is not a JSON object ({state})")
-        try:
-            state["history"] = [json.loads(text) for _, text, _ in rounds]
-        except (TypeError, ValueError) as exc:
-            raise self._run_state_damaged(run_id, f"a saved round is not JSON ({exc})") from None
-        return state
+        return saved_progress(run_id, row, rounds, self._run_state_damaged)
 
     def _run_state_damaged(self, run_id: str, what: str) -> RunStateDamaged:
         path = str(self._path)
