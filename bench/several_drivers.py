@@ -350,6 +350,11 @@ def outage_row(server: PostgresCluster, where: str, rounds: int, bound: float = 
 # --------------------------------------------------------------------------- the tables
 
 
+def _ratio(per: dict[str, list[dict[str, Any]]], key: str) -> list[float]:
+    """``key`` on PostgreSQL over SQLite, repeat by repeat."""
+    return [p[key] / q[key] for p, q in zip(per["postgres"], per["sqlite"])]
+
+
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
@@ -388,8 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{n:>3} {kind:>9} {_spread([r['per_second'] for r in runs]):>18} "
                           f"{_spread([r['p50_ms'] for r in runs]):>16} {_spread([r['p90_ms'] for r in runs]):>16} "
                           f"{sum(r['conflicts'] for r in runs):>10} {str(ok):>9}")
-                ratio = [p["per_second"] / s["per_second"] for p, s in zip(per["postgres"], per["sqlite"])]
-                lat = [p["p50_ms"] / s["p50_ms"] for p, s in zip(per["postgres"], per["sqlite"])]
+                ratio, lat = _ratio(per, "per_second"), _ratio(per, "p50_ms")
                 print(f"{n:>3} {'pg/sqlite':>9} {_spread(ratio):>18} {_spread(lat):>16}")
                 rows.append({"processes": n, "runs": per, "throughput_ratio": ratio, "p50_ratio": lat})
             report["commits"] = rows
@@ -410,10 +414,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{_spread([r['write_p50_ms'] for r in runs]):>16} "
                           f"{_spread([r['write_p90_ms'] for r in runs]):>16} "
                           f"{sum(r['commits'] for r in runs):>8} {'ok' if not problems else problems[:3]}")
-                ratio = [p["commits_per_second"] / s["commits_per_second"] for p, s in zip(per["postgres"],
-                                                                                           per["sqlite"])]
-                lat = [p["merge_p50_ms"] / s["merge_p50_ms"] for p, s in zip(per["postgres"], per["sqlite"])]
-                wlat = [p["write_p50_ms"] / s["write_p50_ms"] for p, s in zip(per["postgres"], per["sqlite"])]
+                ratio, lat = _ratio(per, "commits_per_second"), _ratio(per, "merge_p50_ms")
+                wlat = _ratio(per, "write_p50_ms")
                 print(f"{n:>3} {'pg/sqlite':>9} {_spread(ratio):>18} {_spread(lat):>18} {'':>18} {_spread(wlat):>16}")
                 rows.append({"drivers": n, "runs": per, "throughput_ratio": ratio, "merge_p50_ratio": lat,
                              "write_p50_ratio": wlat})
