@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agentdescent.cli.plan import Probe, plan_numbers
+from agentdescent.cli.plan import Probe, budget_line, plan_numbers
 from agentdescent.types import Task
 
 from .llm_server import LLMServer, Reply, openai_body
@@ -213,3 +213,33 @@ def test_a_run_spends_at_most_the_maximum_and_about_the_expected(tmp_path):
     assert calls <= max_calls and tokens <= max_tokens
     assert expected_calls / 2 <= calls <= 2 * expected_calls, (calls, expected_calls)
     assert expected_tokens / 2 <= tokens <= 2 * expected_tokens, (tokens, expected_tokens)
+
+
+def test_the_budget_line_says_what_a_budget_covers():
+    p = plan_numbers(_spec(), _tasks(), 4, 2)
+    start, e, m = p["start"], p["expected"], p["max"]
+    assert 0 < start["tokens"] <= start["tokens_max"] and start["calls"] == min(p["held_out"], 16)
+    assert budget_line(p, start["tokens"] - 1).startswith("warning: a budget of")
+    assert "cannot cover the starting evaluation" in budget_line(p, start["tokens"] - 1)
+    if start["tokens"] < start["tokens_max"]:
+        assert "may not cover the starting evaluation" in budget_line(p, start["tokens"])
+    assert "cover the run even at most" in budget_line(p, m["tokens"])
+    budget = start["tokens_max"]  # covers the start even at most, and some rounds as expected
+    covered = (budget - start["tokens"]) // e["tokens_per_round"]
+    if covered < 4:
+        assert f"cover about {covered} of the 4 rounds" in budget_line(p, budget)
+
+
+def test_plan_warns_when_the_budget_cannot_cover_the_starting_evaluation_and_a_run_bears_it_out(tmp_path):
+    with LLMServer(responder=_model) as server:
+        run_dir = _init(tmp_path, server)
+        plan = cli("plan", str(run_dir), "--rounds", "3", "--workers", "2", "--max-tokens", "40")
+        assert plan.returncode == 0, plan.stderr
+        assert "warning: a budget of 40 tokens cannot cover the starting evaluation" in plan.stdout
+        assert server.requests == []  # plan spends nothing
+        run = cli("run", str(run_dir), "--rounds", "3", "--workers", "2", "--max-tokens", "40")
+        assert run.returncode == 0, run.stderr
+        again = cli("plan", str(run_dir), "--rounds", "3", "--workers", "2")  # the last run's budget
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["stop_reason"] == "max_tokens" and result["history"] == []  # stopped before its first round
+    assert "warning: a budget of 40 tokens cannot cover" in again.stdout

@@ -248,11 +248,13 @@ def serve(root: str, call: Call) -> int:
 
     @server.tool()
     async def plan(run_dir: str, rounds: int | None = None, workers: int | None = None,
-                   probe: bool = False) -> CallToolResult:
-        """The calls and tokens a round and the run cost at most (`agentdescent plan`); probe spends one call."""
+                   max_tokens: int | None = None, probe: bool = False) -> CallToolResult:
+        """The calls and tokens a round and the run cost at most (`agentdescent plan`), and what a budget of
+        max_tokens covers (a warning when it cannot pay for the starting evaluation); probe spends one call."""
         if probe:
-            return await child("plan", run_dir, None, None, rounds=rounds, workers=workers, probe=True)
-        return quick("plan", run_dir, rounds=rounds, workers=workers)
+            return await child("plan", run_dir, None, None, rounds=rounds, workers=workers, max_tokens=max_tokens,
+                               probe=True)
+        return quick("plan", run_dir, rounds=rounds, workers=workers, max_tokens=max_tokens)
 
     @server.tool()
     async def run(run_dir: str, ctx: Context, rounds: int | None = None, workers: int | None = None,

@@ -45,6 +45,7 @@ KNOB_FLAGS: Mapping[tuple[str, str], str] = {
     ("init", "--run-id"): "run_id",
     ("plan", "--rounds"): "rounds",
     ("plan", "--workers"): "n_workers",
+    ("plan", "--max-tokens"): "max_tokens",
     ("run", "--rounds"): "rounds",
     ("run", "--workers"): "n_workers",
     ("run", "--max-tokens"): "max_tokens",
@@ -269,6 +270,9 @@ def _add_plan(sub: Any) -> None:
     p = _command(sub, "plan", "the calls and tokens a round and the run cost at most")
     _knob(p, "plan", "--rounds", type=_positive, metavar="R", help="rounds to plan for")
     _knob(p, "plan", "--workers", type=_positive, metavar="W", help="workers a round")
+    _knob(p, "plan", "--max-tokens", type=_positive, metavar="N",
+          help="the budget `run --max-tokens` would get: plan warns when it cannot cover the starting "
+               "evaluation, and says how many rounds it covers (default: the last run's, else none)")
     p.add_argument("--probe", action="store_true",
                    help="time one real model call to estimate the wall time (spends one call)")
 

@@ -43,7 +43,7 @@ from .runspec import (
     spec_split,
 )
 
-__all__ = ["Probe", "Typical", "cmd_plan", "plan_numbers", "probe_call"]
+__all__ = ["Probe", "Typical", "budget_line", "cmd_plan", "plan_numbers", "probe_call"]
 
 #: Reply tokens the maximum assumes when the spec sets no per-call limit (then it is no bound).
 UNLIMITED_REPLY = 512
@@ -349,7 +349,8 @@ def plan_numbers(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, worke
         typical: the expected spend's shares.
 
     Returns:
-        A dict with the split (``tasks``, ``train``, ``held_out``), ``max`` and ``expected``
+        A dict with the split (``tasks``, ``train``, ``held_out``), ``start`` (the starting
+        evaluation: ``calls``, expected ``tokens``, ``tokens_max``), ``max`` and ``expected``
         (each with ``calls``, ``tokens``, ``calls_per_round``, ``tokens_per_round`` and
         ``test_calls``, ``test_tokens``), the per-call assumptions (``reply_max``,
         ``reply``, ``sampled``, ``eval_share``, ``scored``) and, with ``probe``, the wall
@@ -361,6 +362,8 @@ def plan_numbers(spec: dict[str, Any], tasks: Sequence[Task], rounds: int, worke
     test_calls, test_max, test_e = _test_set(b, test_tasks, int(spec_knob(spec, "test_repeats")))
     out: dict[str, Any] = {
         "tasks": len(tasks), "train": len(b.train), "held_out": len(b.held), "rounds": rounds, "workers": workers,
+        "start": {"calls": b.head_sample, "tokens": round(b.head_sample * b.solve_e(b.start, b.p_held)),
+                  "tokens_max": b.head_sample * b.solve_max(b.start)},
         "reply_max": b.reply_max, "reply_limited": bool(b.limit), "reply": b.reply, "sampled": b.sampled,
         "eval_share": b.eval_share, "scored": b.scored, "ratio": b.ratio, "framing": b.framing,
         "max": {**_maximum(b), "test_calls": test_calls, "test_tokens": test_max},
@@ -392,6 +395,30 @@ def probe_call(spec: dict[str, Any], tasks: Sequence[Task]) -> Probe:
     return Probe(seconds, agent.usage.prompt_tokens - before_p, agent.usage.completion_tokens - before_c, estimated)
 
 
+def budget_line(p: dict[str, Any], budget: int) -> str:
+    """What a token budget covers of the plan ``p`` (`plan_numbers`): a warning when it cannot pay for the
+    starting evaluation (expected, or at most), else how many of the planned rounds it covers."""
+    start, e, m = p["start"], p["expected"], p["max"]
+    cost = (f"scoring the starting artifact on {start['calls']} held-out tasks costs about {start['tokens']:,} "
+            f"tokens, at most {start['tokens_max']:,}")
+    if budget < start["tokens"]:
+        return (f"warning: a budget of {budget:,} tokens cannot cover the starting evaluation ({cost}): the run "
+                "would stop on its budget before its first round; raise --max-tokens")
+    if budget < start["tokens_max"]:
+        return (f"warning: a budget of {budget:,} tokens may not cover the starting evaluation ({cost}): with long "
+                "replies the run stops on its budget before its first round")
+    left = budget - start["tokens"]
+    per_round = max(1, e["tokens_per_round"])
+    covered = min(p["rounds"], left // per_round)
+    if budget >= m["tokens"]:
+        return f"budget: {budget:,} tokens cover the run even at most ({m['tokens']:,})"
+    if covered >= p["rounds"]:
+        return (f"budget: {budget:,} tokens cover the {p['rounds']} rounds as expected ({e['tokens']:,}), not at most "
+                f"({m['tokens']:,}): the run may stop on its budget early")
+    return (f"budget: {budget:,} tokens cover about {covered} of the {p['rounds']} rounds as expected ({cost}; "
+            f"{e['tokens_per_round']:,} a round): the run is likely to stop on its budget")
+
+
 def _duration(seconds: float) -> str:
     """``12 ms``, ``4.2 s``, ``42 s``, ``4 min 42 s``, ``2 h 05 min``."""
     s = round(seconds)
@@ -414,7 +441,8 @@ def _share(x: float) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``agentdescent plan RUN_DIR [--rounds R] [--workers W] [--probe]``: print the plan; 1 if the probe call failed."""
+    """``agentdescent plan RUN_DIR [--rounds R] [--workers W] [--max-tokens N] [--probe]``: print the plan (with
+    what the budget covers: ``--max-tokens``, else the last run's); 1 if the probe call failed."""
     run = RunDir(args.run_dir)
     spec = run.spec()
     tasks = load_tasks(run.tasks_file)
@@ -469,6 +497,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         each = f" x {draws} draws" if draws > 1 else ""
         print(f"plus {e['test_calls']:,} test-set calls ({len(test)} tasks{each}, at the start and the end), about "
               f"{e['test_tokens']:,} tokens (at most {m['test_tokens']:,}), outside --max-tokens")
+    budget = args.max_tokens if getattr(args, "max_tokens", None) is not None else spec.get("run_max_tokens")
+    if budget is not None:
+        print(budget_line(p, int(budget)))
     if probe is None:
         print("time: unknown until probed (--probe times one real call)")
     else:
