@@ -165,10 +165,13 @@ def test_a_candidate_the_allocator_skips_gets_neither_self_verify_nor_evaluation
     assert sum(h.cards for h in result.history) == result.counters["cards"]  # the cards still merge
     # ... but a candidate that is not evaluated is not committed, and nothing was measured
     assert result.committed == 0 and result.counters["merge_not_evaluated"] > 0
-    # the starting head's sample, nothing more (its seeded head_sample of the held-out tasks)
+    # the starting head's sample (its seeded head_sample of the held-out tasks) and, as the run
+    # ends, the same head's other held-out tasks (the final reward is measured): the head never changed
     held_out = round(len(_domain().tasks) * 0.4)
-    assert result.counters["eval_rollouts"] == min(AggregatorConfig().head_sample, held_out)
-    assert result.counters["merge_head_tasks_scored"] == result.counters["eval_rollouts"]
+    sample = min(AggregatorConfig().head_sample, held_out)
+    assert result.counters["merge_head_tasks_scored"] == sample
+    assert result.counters["merge_final_tasks_scored"] == held_out - sample
+    assert result.counters["eval_rollouts"] == held_out
     assert result.counters.get("merge_held_out_tasks_scored", 0) == 0
     assert alloc.observed == []
 

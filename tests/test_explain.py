@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agentdescent import LLMAgent, MemoryLedger, Task, evolve
-from agentdescent.cli.explain import decision_record, likely_cause, round_lines, round_record
+from agentdescent.cli.explain import decision_record, estimate_note, likely_cause, round_lines, round_record
 from agentdescent.engine.result import RoundInfo
 from agentdescent.testing import FakeProvider
 from agentdescent.types import Diff, MergeOutcome, MergeReport
@@ -152,3 +152,13 @@ def test_a_callable_proposer_has_counts_without_the_agents_breakdown():
                     rounds=2, n_workers=2, seed=0)
     info: RoundInfo = result.history[0]
     assert set(info.proposals) == {"made", "cards"} and info.proposals["made"] >= info.proposals["cards"]
+
+
+def test_a_rounds_reward_that_is_an_estimate_says_so() -> None:
+    partly = {"round": 3, "held_out_reward": 0.8, "committed": 1, "tokens": 10, "measured_share": 0.8}
+    assert estimate_note(partly) == " (an estimate: 80% of the held-out tasks measured on this head)"
+    assert round_lines(partly)[0].startswith("round 3: held-out 0.800 (an estimate: 80% of the held-out tasks")
+    for whole in ({**partly, "measured_share": 1.0}, {**partly, "measured_share": None},
+                  {k: v for k, v in partly.items() if k != "measured_share"}, {**partly, "measured_share": "x"}):
+        assert estimate_note(whole) == ""
+        assert "estimate" not in round_lines(whole)[0]

@@ -22,7 +22,7 @@ from ..errors import InvalidArgument
 from ..merge.demonstrations import DEMO_KEY_PREFIX, Demonstration, is_demo_key
 from ..types import MergeOutcome, MergeReport
 
-__all__ = ["KIND_WORDS", "decision_record", "likely_cause", "round_lines", "round_record"]
+__all__ = ["KIND_WORDS", "decision_record", "estimate_note", "likely_cause", "round_lines", "round_record"]
 
 #: A refusal kind (`agentdescent.agents.proposals.REFUSAL_KINDS`) in words.
 KIND_WORDS = {
@@ -122,7 +122,17 @@ def round_record(info: RoundInfo, tokens_total: int) -> dict[str, Any]:
         "discarded_stale": info.discarded_stale, "backend_failures": info.backend_failures,
         "outcomes": [r.outcome.value for r in info.reports], "seconds": info.elapsed,
         "proposals": info.proposals, "decisions": [decision_record(r) for r in info.reports],
+        "measured_share": info.measured_share,
     }
+
+
+def estimate_note(record: Mapping[str, Any]) -> str:
+    """`` (an estimate: 80% of the held-out tasks measured on this head)`` for a round whose reward is
+    partly inherited, or nothing (all measured, or a record that does not say)."""
+    share = record.get("measured_share")
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or share >= 1.0:
+        return ""
+    return f" (an estimate: {share:.0%} of the held-out tasks measured on this head)"
 
 
 def _refusals(refused: Mapping[str, Any]) -> str:
@@ -142,8 +152,8 @@ def _evidence_words(evidence: Mapping[str, Any]) -> str:
 def round_lines(record: Mapping[str, Any]) -> list[str]:
     """One round's record in words: a heading line, then its proposals and each decision, indented."""
     reward = record.get("held_out_reward")
-    head = (f"round {record.get('round')}: held-out {reward:.3f}" if _n(reward) == reward and reward is not None
-            else f"round {record.get('round')}")
+    head = (f"round {record.get('round')}: held-out {reward:.3f}{estimate_note(record)}"
+            if _n(reward) == reward and reward is not None else f"round {record.get('round')}")
     head += f", {_i(record.get('committed', 0))} commit(s), {_i(record.get('tokens', 0)):,} tokens"
     if _n(record.get("seconds")):
         head += f", {_n(record['seconds']):.1f} s"

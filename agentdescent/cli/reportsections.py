@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..engine.answers import CONSTANT_SHARE, NAMES_NONE, NAMES_SEVERAL, AnswerDistribution
+from .explain import estimate_note
 from .reportdata import _k, _m, _num, _per_task, _time
 from .reportparts import (
     NOT_RECORDED,
@@ -172,12 +173,19 @@ def _proposals_cell(p: Any) -> str:
     return ", ".join(parts)
 
 
+def _estimate_mark(record: Mapping[str, Any]) -> str:
+    """A ``*`` after a round's held-out reward that is an estimate (partly inherited), with its share as a tooltip."""
+    note = estimate_note(record)
+    return f' <span class="nr" title="{_e(note.strip(" ()"))}">*</span>' if note else ""
+
+
 def _rounds_table(rows: Sequence[Mapping[str, Any]], status: Mapping[str, Any]) -> str:
     body = [["start", "", "", _f(status.get("initial_reward")), "v1", "", "", "", "", ""]]
     for r in rows:
         outcomes = r.get("outcomes") if isinstance(r.get("outcomes"), list) else []
         body.append([_e(r.get("round", "?")), _when(r.get("ended")), _duration(r.get("seconds")),
-                     _f(r.get("held_out_reward")), f"v{_e(r.get('head_version', '?'))}", _n(r.get("committed", 0)),
+                     _f(r.get("held_out_reward")) + _estimate_mark(r), f"v{_e(r.get('head_version', '?'))}",
+                     _n(r.get("committed", 0)),
                      _e(", ".join(str(o) for o in outcomes)) or '<span class="nr">no decision</span>',
                      _proposals_cell(r.get("proposals")), _n(r.get("tokens")), _n(r.get("tokens_total"))])
     return _table(["round", "ended", "took", "held-out", "head", "commits", "merge outcomes", "proposals",
@@ -197,15 +205,17 @@ def _reward(rows: Sequence[Mapping[str, Any]], status: Mapping[str, Any], test: 
         if y is None or n is None:
             continue
         committed = bool(_num(r.get("committed")))
-        tip = f"round {n:g}: held-out {y:.3f}" + (f", {spent:,.0f} tokens spent" if spent is not None else "") + \
-            (", a commit" if committed else "")
+        tip = f"round {n:g}: held-out {y:.3f}{estimate_note(r)}" + (
+            f", {spent:,.0f} tokens spent" if spent is not None else "") + (", a commit" if committed else "")
         by_round.append((n, y, tip, committed))
         if spent is not None:
             by_tokens.append((spent, y, tip, committed))
     charts = (_chart(by_round, title="Held-out reward over rounds", xlabel="round", integer_x=True) +
               _chart(by_tokens, title="Held-out reward over tokens", xlabel="tokens spent", integer_x=False))
     return (f'<div class="charts">{charts}</div><p class="note">Round 0 is the starting artifact; a green dot is '
-            f"a round that committed. The held-out reward is the head's mean on the held-out tasks.{unit}</p>"
+            f"a round that committed. The held-out reward is the head's mean on the held-out tasks; a * marks a "
+            f"round's reward that is an estimate (some tasks' scores inherited from the versions before; its "
+            f"tooltip says how much was measured). The run's final reward is measured on every task.{unit}</p>"
             f"<h3>Test set</h3>{_test_block(test, has_test_set)}<h3>Rounds</h3>{_rounds_table(rows, status)}")
 
 

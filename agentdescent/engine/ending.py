@@ -3,7 +3,7 @@
 This module owns `finish` (both runtimes end there: the final head, its test-set report,
 the grace for calls on the wire, the counters, the result) and `stragglers` (the work
 still running, counted and logged). It must not merge, commit, or evaluate anything but
-the test set's final scoring.
+the final head's unmeasured held-out tasks and the test set's final scoring.
 """
 
 from __future__ import annotations
@@ -45,9 +45,12 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
            workers: Callable[[], set[int]] | None = None) -> EvolutionResult:
     """Assemble the `EvolutionResult` from the ledger head (both runtimes end here).
 
-    Nothing is evaluated: the final reward is the head's cached held-out score, else the
-    last one measured, else NaN (the run never measured one; ``stop_reason``/``error``
-    say why). Tokens recorded after the last round (work in flight at the stop) count in
+    The final head is first scored on every held-out task it was not measured on
+    (`RunEnv.measure_final`; not after an error, nor when the starting evaluation never
+    succeeded), so the final reward is its measured held-out mean; with the budget spent
+    it stays the estimate (``counters["final_reward_measured"]`` of
+    ``counters["final_reward_inherited"]`` + measured say how much is measured), and NaN
+    when the run never measured one (``stop_reason``/``error`` say why). Tokens recorded after the last round (work in flight at the stop) count in
     the last round, so the rounds' tokens add up to ``result.usage.total_tokens`` and to
     ``result.budget["spent"]``; ``result.usage`` is a copy taken now, which work abandoned
     at the stop can no longer change. The work still running now (`stragglers`: the
@@ -56,6 +59,8 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     ``result.test_answers`` (and ``test_answers_initial``) count the labels the final (and
     the starting) head's test replies give (`agentdescent.engine.answers`).
     """
+    if error is None and env.last_reward is not None and stop_reason != "max_seconds":
+        env.measure_final()  # the final head on every held-out task it was not measured on: a measured reward
     version, state = env.ledger.head(env.artifact_id)
     test, final_test = _test_report(env, state, error)  # its calls belong in the result's meter and counters
     if env.settle_by is not None:

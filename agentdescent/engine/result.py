@@ -49,6 +49,10 @@ class RoundInfo:
             `agentdescent.errors.EditRefused`) when there were any.
         elapsed: seconds the round took, on the run's clock (the only field that does not
             repeat between two identical runs).
+        measured_share: the share of the held-out tasks whose score in ``held_out_reward``
+            was measured on this head itself (1.0: the reward is a measurement; below it, an
+            estimate whose other tasks' scores are inherited from the versions before the
+            head's commit, or imputed); None in a record saved before it was kept.
     """
 
     index: int
@@ -65,13 +69,14 @@ class RoundInfo:
     head_version: int | None = None
     proposals: dict[str, Any] | None = None
     elapsed: float = 0.0
+    measured_share: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         data = {k: getattr(self, k) for k in (
             "index", "held_out_reward", "committed", "fused", "discarded_stale",
             "conflicts_dropped", "tokens", "rollouts", "cards", "backend_failures", "head_version",
-            "proposals", "elapsed",
+            "proposals", "elapsed", "measured_share",
         )}
         data["reports"] = [r.to_json() for r in self.reports]
         return data

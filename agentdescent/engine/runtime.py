@@ -202,6 +202,25 @@ class RunEnv:
                 self.initial_reward = self.last_reward
             return self.last_reward
 
+    def measure_final(self) -> None:
+        """Score the final head on every held-out task it was not measured on (once, as the run ends).
+
+        So ``result.final_reward`` is the final artifact's measured held-out mean, not partly
+        inherited from the versions before it (at most the held-out set once per run, counted
+        as evaluation, within the budget). A budget already spent leaves the estimate (the
+        result's ``final_reward_measured`` counter says how much of it is measured; the
+        budget's calls are refused, never overspent), and so does an evaluation that fails or
+        finds the run's clock out (``final_measure_failures``); a run stopped by its clock
+        (``max_seconds``) is not measured again past it (`finish` skips it).
+        """
+        if self.governor.over_budget():
+            self.counters.add("final_measure_skipped_budget")
+            return
+        try:
+            self.aggregator.measure_final(self.artifact_id)
+        except (BackendFailure, RunTimeout):  # a call failed, or the run's clock ran out: the estimate stands
+            self.counters.add("final_measure_failures")
+
     def merge(self) -> tuple[list[MergeReport], float]:
         """One aggregator step and the head's held-out reward.
 
@@ -270,7 +289,10 @@ class RunEnv:
                 if report.outcome is MergeOutcome.COMMITTED and report.accepted is not None:
                     self.cycle.note_commit(report.accepted, report.trajectory)
             version = self.aggregator.head_version(self.artifact_id)
-            info = self.recorder.record(reports, held, rollouts=rollouts, cards=len(cards), head_version=version)
+            estimate = self.aggregator.head_estimate(self.artifact_id)  # no spend: what is known of the head
+            share = estimate.measured / estimate.tasks if estimate.tasks else None
+            info = self.recorder.record(reports, held, rollouts=rollouts, cards=len(cards), head_version=version,
+                                        measured_share=share)
             self.save_progress(version)
         self.recorder.announce(info)
         return info

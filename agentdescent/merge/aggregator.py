@@ -169,6 +169,17 @@ class Aggregator:
         version, state = self.ledger.head(artifact_id)
         return self.measurer.measure_head(artifact_id, version, state, sample)
 
+    def measure_final(self, artifact_id: str) -> HeadEstimate:
+        """Score the current head on every held-out task it has no score for (`Measurer.measure_rest`).
+
+        The engines call it once, as a run ends: the reported final reward is then measured on
+        the whole held-out set, not an estimate. It reads the head from the ledger (a head
+        another driver committed is scored in full).
+        """
+        version, state = self.ledger.head(artifact_id)
+        self._heads[artifact_id] = version
+        return self.measurer.measure_rest(artifact_id, version, state)
+
     def head_estimate(self, artifact_id: str) -> HeadEstimate:
         """The current head's held-out reward as far as it was measured (no spend).
 

@@ -235,6 +235,22 @@ class Measurer:
             self.counters["head_tasks_scored"] += len(missing)
         return board.estimate(artifact_id, version)
 
+    def measure_rest(self, artifact_id: str, version: int, state: Mapping[str, str]) -> HeadEstimate:
+        """Score the head on every held-out task not measured on this version yet: then its estimate is exact.
+
+        The engines call it once, as a run ends, so the result's reward is the final head's
+        measured mean and not partly inherited from the versions before it. Each task is
+        scored at most once per version (the measured ones are reused); the calls count as
+        evaluation (``final_tasks_scored`` counts the tasks).
+        """
+        board = self.scoreboard
+        missing = [i for i in range(board.n_tasks) if board.score(artifact_id, version, i) is None]
+        if missing:
+            scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, missing)]
+            board.record(artifact_id, version, dict(zip(missing, scores)))
+            self.counters["final_tasks_scored"] += len(missing)
+        return board.estimate(artifact_id, version)
+
     def _head_scores(self, artifact_id: str, version: int, state: Mapping[str, str],
                      indices: Sequence[int]) -> dict[int, float]:
         """The head's scores on ``indices`` at this version: measured ones reused, the rest scored now."""

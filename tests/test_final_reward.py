@@ -1,0 +1,65 @@
+"""`result.final_reward` is the final artifact's held-out reward, measured on every held-out task.
+
+A reward estimate inherits a task's score from the version before a commit when the
+commit's diff looks unrelated to the task; the run's result does not: the final head is
+scored on every held-out task it was not measured on before the result is returned.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentdescent import Task, async_evolve, evolve
+from agentdescent.domains.router import RouterDomain
+
+
+def _year_case() -> dict:
+    """12 tasks, one rule makes every reply right; the rule's words share nothing with the prompts."""
+    tasks = [Task(f"t{i}", f"Give the code word number {i}.") for i in range(12)]
+
+    def run(rendered: str, task: Task) -> str:
+        return "answer 2026" if "2026" in rendered else "answer unknown"
+
+    def reward(task: Task, output: str) -> float:
+        return 1.0 if "2026" in output else 0.0
+
+    def propose(rendered: str, task: Task, output: str, score: float) -> str | None:
+        return None if "2026" in rendered else "Always state the current year, 2026."
+
+    return dict(tasks=tasks, run=run, reward=reward, propose=propose)
+
+
+@pytest.mark.parametrize("engine", ["sync", "async"])
+def test_the_final_reward_is_the_final_artifacts_measured_held_out_mean(engine: str) -> None:
+    case = _year_case()
+    if engine == "sync":
+        result = evolve(**case, rounds=6, n_workers=3, seed=0)
+    else:
+        result = async_evolve(**case, n_workers=3, max_rollouts=18, seed=0)
+    assert "2026" in result.rendered
+    assert result.final_reward == 1.0  # every held-out task scores 1 on the committed artifact
+    shares = [h.measured_share for h in result.history]
+    assert all(s is not None and 0.0 <= s <= 1.0 for s in shares)
+    # the rounds' rewards were estimates (tasks the rule's words share nothing with were inherited), and say so
+    assert any(s < 1.0 for s in shares), shares
+    assert result.counters["final_reward_inherited"] == 0 and result.counters["final_reward_measured"] > 0
+
+
+def _score(value: object) -> float:
+    return float(getattr(value, "score", value))  # a reward returns a number or a scored feedback
+
+
+@pytest.mark.parametrize("engine", ["sync", "async"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_router_run_reports_a_full_rescoring_of_its_final_artifact(engine: str, seed: int) -> None:
+    kwargs = RouterDomain(seed=seed, latency=0.0).evolve_kwargs()
+    if engine == "sync":
+        result = evolve(**kwargs, rounds=6, seed=seed)
+    else:
+        result = async_evolve(**kwargs, max_rollouts=24, seed=seed)
+    by_id = {t.id: t for t in kwargs["tasks"]}
+    held = [by_id[i] for i in result.held_out_samples["final"]["tasks"]]
+    rescored = sum(_score(kwargs["reward"](t, kwargs["run"](result.rendered, t))) for t in held) / len(held)
+    assert result.final_reward == pytest.approx(rescored, abs=1e-12)
+    assert result.counters["final_reward_inherited"] == 0
+    assert result.counters["final_reward_measured"] == len(held)
