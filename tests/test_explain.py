@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 
 from agentdescent import LLMAgent, MemoryLedger, Task, evolve
-from agentdescent.cli.explain import decision_record, estimate_note, likely_cause, round_lines, round_record
+from agentdescent.cli.explain import (
+    decision_record,
+    estimate_note,
+    likely_cause,
+    round_lines,
+    round_record,
+)
 from agentdescent.engine.result import RoundInfo
 from agentdescent.testing import FakeProvider
 from agentdescent.types import Diff, MergeOutcome, MergeReport
