@@ -63,3 +63,32 @@ def test_a_router_run_reports_a_full_rescoring_of_its_final_artifact(engine: str
     assert result.final_reward == pytest.approx(rescored, abs=1e-12)
     assert result.counters["final_reward_inherited"] == 0
     assert result.counters["final_reward_measured"] == len(held)
+
+
+def test_explain_says_how_the_run_ended_and_why_nothing_committed() -> None:
+    from agentdescent.cli.explain import likely_cause, round_record
+    from agentdescent.engine.why import round_facts
+
+    good = evolve(**RouterDomain(seed=0, latency=0.0).evolve_kwargs(), rounds=2, seed=0)
+    text = good.explain()
+    assert text.splitlines()[0].startswith(f"rounds after 2 round(s): {good.committed} commit(s); held-out 0.000 -> ")
+    assert "(measured on all" in text and "why:" not in text and f"head v{good.version}" in text
+    stuck = evolve(**RouterDomain(seed=0, noise=1.0, latency=0.0).evolve_kwargs(), rounds=2, seed=0)
+    lines = stuck.explain().splitlines()
+    assert stuck.committed == 0 and lines[-1].startswith("why: nothing committed in 2 round(s)")
+    # the same sentence `agentdescent status` prints from the run directory's records
+    records = [round_record(h, 0) for h in stuck.history]
+    assert lines[-1] == "why: " + likely_cause(records) == "why: " + likely_cause([round_facts(h) for h in
+                                                                                    stuck.history])
+
+
+def test_explain_names_an_error_and_a_reward_never_measured() -> None:
+    case = _year_case()
+
+    def broken(rendered: str, task: Task) -> str:
+        raise RuntimeError("the model server is down")
+
+    result = evolve(**{**case, "run": broken}, rounds=2, seed=0, failure_limit=2)
+    text = result.explain()
+    assert result.stop_reason == "error" and "held-out none -> none" in text
+    assert "\nerror: " in text and "(measured" not in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from ..errors import AgentDescentError
 from ..types import MergeOutcome, MergeReport
 from ..usage import Usage
 from .answers import AnswerDistribution
+from .why import likely_cause, round_facts
 
 __all__ = ["AsyncStats", "EvolutionResult", "RoundInfo"]
 
@@ -214,6 +216,43 @@ class EvolutionResult:
     def committed(self) -> int:
         """Commits over the whole run."""
         return sum(info.committed for info in self.history)
+
+    def explain(self) -> str:
+        """How the run went and why, in plain words: the same "why" as ``agentdescent status``.
+
+        The first line says how it ended (the stop reason, the rounds, the commits, the held-out
+        reward from the start to the end and how much of the final one is measured, the tokens);
+        then the error, if any; then, when nothing was committed, the likely cause with what to
+        change (`agentdescent.engine.why.likely_cause`). Nothing is printed: the library prints
+        nothing unless asked (``progress=True`` shows a bar while it runs).
+
+        Examples:
+            >>> from agentdescent import evolve
+            >>> from agentdescent.domains.router import RouterDomain
+            >>> print(evolve(**RouterDomain(seed=0).evolve_kwargs(), rounds=2).explain())  # doctest: +SKIP
+            rounds after 2 round(s): 2 commit(s); held-out 0.000 -> 0.113 (measured on all 115 held-out tasks); head v3; 9,142 tokens in all
+        """
+        unit = "sweep" if self.async_stats is not None else "round"
+        start = "none" if self.initial_reward is None else f"{self.initial_reward:.3f}"
+        end = "none" if math.isnan(self.final_reward) else f"{self.final_reward:.3f}"
+        measured = int(self.counters.get("final_reward_measured", 0) or 0)
+        tasks = measured + int(self.counters.get("final_reward_inherited", 0) or 0)
+        if math.isnan(self.final_reward):
+            how = ""
+        elif tasks and measured == tasks:
+            how = f" (measured on all {tasks} held-out tasks)"
+        elif tasks:
+            how = f" (an estimate: {measured} of {tasks} held-out tasks measured on the final head)"
+        else:
+            how = ""
+        lines = [f"{self.stop_reason} after {len(self.history)} {unit}(s): {self.committed} commit(s); held-out "
+                 f"{start} -> {end}{how}; head v{self.version}; {self.usage.total_tokens:,} tokens in all"]
+        if self.error:
+            lines.append(f"error: {self.error}")
+        why = likely_cause([round_facts(info) for info in self.history])
+        if why:
+            lines.append(f"why: {why}")
+        return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the usage meter as its snapshot)."""

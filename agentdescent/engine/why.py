@@ -1,0 +1,167 @@
+"""Why a run went as it did, in plain words: the likely cause when nothing committed, from its rounds' facts.
+
+A round's facts (`round_facts`: its commits, rollouts, cards, failed calls, what became of
+its proposals, and each merge decision's outcome, reason and paired-test numbers from
+`decision_facts`) are what the run's records say; `likely_cause` reads them, in the order a
+proposal travels, and names the most likely reason nothing was committed with what to
+change. `agentdescent.engine.result.EvolutionResult.explain` and the command line's
+``status`` and ``run`` (`agentdescent.cli.explain`, whose round records add the candidates'
+text to these facts) say the same sentence. Pure functions over JSON-ready dicts, which
+read a record as a hand may have left it (a field of the wrong type reads as missing); it
+must not run, read or write anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..types import MergeOutcome, MergeReport
+
+__all__ = ["KIND_WORDS", "decision_facts", "likely_cause", "round_facts"]
+
+#: A refusal kind (`agentdescent.agents.proposals.REFUSAL_KINDS`) in words.
+KIND_WORDS = {
+    "truncated": "cut off by the per-call limit",
+    "empty": "empty",
+    "restated": "restated the artifact",
+    "echoed": "echoed the task",
+    "too_long": "too long",
+    "not_a_rule": "not a rule",
+}
+
+
+def _text(value: str, limit: int) -> str:
+    flat = " ".join(str(value).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _n(value: Any) -> float:
+    """A count or a score as a number: anything that is not a real number (a bool, a string) is 0."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else 0.0
+
+
+def _i(value: Any) -> int:
+    return int(_n(value)) if abs(_n(value)) < 1e18 else 0
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def decision_facts(report: MergeReport) -> dict[str, Any]:
+    """One merge decision's facts, JSON-ready: its artifact, outcome and reason, and the paired test's numbers."""
+    return {
+        "artifact_id": report.artifact_id, "outcome": report.outcome.value, "reason": report.reason,
+        "fused": report.fused, "considered": report.considered,
+        "committed_version": report.committed_version, "feedback": list(report.feedback),
+        "evidence": dict(report.evidence) if report.evidence is not None else None,
+    }
+
+
+def round_facts(info: Any) -> dict[str, Any]:
+    """One round's facts, JSON-ready, as `likely_cause` reads them (``info``: an
+    `agentdescent.engine.result.RoundInfo`, which imports this module)."""
+    return {
+        "round": info.index, "held_out_reward": info.held_out_reward, "head_version": info.head_version,
+        "committed": info.committed, "fused": info.fused, "rollouts": info.rollouts, "cards": info.cards,
+        "discarded_stale": info.discarded_stale, "backend_failures": info.backend_failures,
+        "proposals": info.proposals, "decisions": [decision_facts(r) for r in info.reports],
+        "measured_share": info.measured_share,
+    }
+
+
+def _refusals(refused: Mapping[str, Any]) -> str:
+    return ", ".join(f"{_i(n)} {KIND_WORDS.get(kind, kind)}"
+                     for kind, n in sorted(refused.items(), key=lambda kv: -_n(kv[1])))
+
+
+def _proposal_fix(refused: Mapping[str, int], declined: float, made: float) -> str | None:
+    """What to change when the proposals themselves are the loss (half of them or more refused or NONE)."""
+    total = sum(refused.values())
+    if total and 2 * total >= made:
+        if max(refused, key=lambda kind: refused[kind]) == "truncated":
+            return "raise --call-tokens (the per-call limit) or use a stronger proposer (init --proposer-model M)"
+        return "the model explains instead of writing a rule: use a stronger proposer (init --proposer-model M)"
+    if declined and 2 * declined >= made:
+        return ("the model saw no rule to write: a reward with feedback (what was expected) or a stronger "
+                "proposer (init --proposer-model M) gives it more to go on")
+    return None
+
+
+def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The most likely reason a run committed nothing, in plain words with what to change; None if it committed.
+
+    Read in the order a proposal travels: what became of the proposals (refused by kind,
+    declined), then where the candidates stopped (no card, the self-verify gate, the
+    budget, the paired test, staleness), then what to change for the larger loss.
+    """
+    records = [r for r in records if isinstance(r, Mapping)]
+    if not records or any(r.get("committed") for r in records):
+        return None
+    head = f"nothing committed in {len(records)} round(s)"
+    failures = _i(sum(_n(r.get("backend_failures")) for r in records))
+    props = [_map(r.get("proposals")) for r in records]
+    made = _i(sum(_n(p.get("made", 0)) for p in props)) if any(props) else None
+    cards = _i(sum(_n(r.get("cards")) for r in records))
+    rollouts = _i(sum(_n(r.get("rollouts")) for r in records))
+    if not made and rollouts == 0 and failures:
+        return (f"{head}: {failures} model call(s) failed and no rollout finished; check the server, the model "
+                "name and the key (`agentdescent status` shows the error)")
+    if made == 0:
+        return (f"{head}: no proposal was asked for, because every one of the {rollouts} rollout(s) scored 1 (a "
+                "proposal follows a failure); the tasks may be too easy for the model, or the reward too lenient: "
+                "check it on a wrong answer")
+    counted = [p for p in props if p and "rules" in p]
+    fixes: list[str] = []
+    if counted and made:
+        rules = _i(sum(_n(p["rules"]) for p in counted))
+        declined = _i(sum(_n(p.get("declined", 0)) for p in counted))
+        refused: dict[str, int] = {}
+        for p in counted:
+            for kind, k in _map(p.get("refused")).items():
+                refused[str(kind)] = refused.get(str(kind), 0) + _i(k)
+        summary = f"{made} proposal(s): {rules} rule(s), {declined} NONE, {sum(refused.values())} refused"
+        if refused:
+            summary += f" ({_refusals(refused)})"
+        fix = _proposal_fix(refused, declined, made)
+        if fix:
+            fixes.append(fix)
+    else:
+        summary = f"{made} proposal(s), {cards} card(s)" if made is not None else f"{cards} card(s)"
+    decisions = [d for r in records for d in _list(r.get("decisions")) if isinstance(d, Mapping)]
+    measured = [d for d in decisions if _map(d.get("evidence"))]
+    gated = [d for d in decisions if str(d.get("reason", "")).startswith("self-verify gate")]
+    skipped = [d for d in decisions if str(d.get("reason", "")).startswith("not evaluated")]
+    stale = [d for d in decisions if d.get("outcome") == MergeOutcome.ALL_STALE.value]
+    if cards == 0:
+        stage = "none became a card"
+    elif not decisions:
+        stage = f"{cards} card(s), and no merge decision was reached"
+    elif measured:
+        gains = _i(sum(_n(d["evidence"].get("gains")) for d in measured))
+        losses = _i(sum(_n(d["evidence"].get("losses")) for d in measured))
+        scored = _i(sum(_n(d["evidence"].get("scored")) for d in measured))
+        stage = (f"{len(measured)} candidate(s) measured on held-out tasks, none passed the paired test ({scored} "
+                 f"task(s) scored in all: {gains} gained, {losses} lost)")
+        if gated:
+            stage += f", {len(gated)} more stopped at the self-verify gate"
+        fixes.append("the rules did not help on tasks they were not written for: read them (`status --verbose`) "
+                     "and try a stronger proposer")
+    elif gated and len(gated) >= len(skipped):
+        stage = (f"{len(gated)} candidate(s), each stopped at the self-verify gate: no proposed rule changed the "
+                 "answer on the task it was written for")
+        fixes.append("the model does not follow the rules it writes: a stronger model may")
+    elif skipped:
+        stage = f"{len(skipped)} candidate(s) not evaluated because the budget ran short"
+        fixes.append("raise --max-tokens")
+    elif stale:
+        stage = "every card was stale by the time it was merged"
+        fixes.append("fewer workers, or the sync runtime")
+    else:
+        stage = _text(decisions[-1].get("reason") or "no decision committed", 300)
+    return f"{head}: {summary}; {stage}" + (f". What to change: {'; '.join(fixes)}" if fixes else "")
