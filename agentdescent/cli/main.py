@@ -347,15 +347,26 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
             run.write_status(status)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM, SIGHUP, SIGQUIT (`catching_signals`)
             stop = stopped(exc)
-            kept = read_saved(ledger, spec)  # what a resume starts from (a round can end unsaved)
-            done, unit, head = len(kept.rounds) if kept else 0, status["unit"], ledger.versions().get(ARTIFACT_ID)
+            saved_now = read_saved(ledger, spec)  # what a resume starts from (a round can end unsaved)
+            done, unit, head = len(saved_now.rounds) if saved_now else 0, status["unit"], \
+                ledger.versions().get(ARTIFACT_ID)
+            # The run directory says what the ledger keeps: its rounds (a round saved whose line was not
+            # written yet gets it; none is shown that was not saved) and the tokens they record, and,
+            # apart, what this process paid that no saved round records (calls of the round cut off).
+            _write_rounds(run, saved_now.rounds if saved_now else [])
+            recorded = saved_now.tokens if saved_now else spent_before
+            paid = spent_before + int(getattr(getattr(agent, "usage", None), "total_tokens", 0) or 0)
+            unsaved = max(0, paid - recorded)
             status.update(state=stop.state, stop_reason=stop.state, signal=stop.name, round=done, head_version=head,
-                          stopped=now())
+                          tokens=recorded, tokens_unsaved=unsaved, stopped=now())
             run.write_status(status)
             kept = (f"head v{head} and every commit before it" if head else "nothing committed yet")
+            lost = (f"; {unsaved:,} tokens paid since the last saved {unit} are in no record (its calls were cut "
+                    "off)" if unsaved else "")
             with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
-                print(f"\n{stop.state} after {done} finished {unit}(s) ({stop.name}); the ledger keeps {kept}; go on "
-                      f"with `agentdescent resume {run.path}`", file=sys.stderr)
+                print(f"\n{stop.state} after {done} finished {unit}(s) ({stop.name}); the ledger keeps {kept}, "
+                      f"{recorded:,} tokens recorded{lost}; go on with `agentdescent resume {run.path}`",
+                      file=sys.stderr)
             return stop.exit_code
         except Exception as exc:  # never left "running": whatever ended the run is its error
             error = _error_line(exc)

@@ -158,8 +158,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"head version: {status.get('head_version')}")
     reward = _real(status.get("held_out_reward"))
     print(f"held-out reward: {reward if reward is None else format(reward, '.3f')}")
+    unsaved = _real(status.get("tokens_unsaved"))
     print(f"tokens spent: {_count(status.get('tokens', 0))}" + (
-        f" of {_count(status['max_tokens'])}" if status.get("max_tokens") else ""))
+        f" of {_count(status['max_tokens'])}" if status.get("max_tokens") else "") + (
+        f" (and {_count(int(unsaved))} paid after the last saved round, in no record)" if unsaved else ""))
     print(f"stop reason: {status.get('stop_reason')}")
     if status.get("error"):
         print(f"error: {redact(str(status['error']))}")

@@ -94,6 +94,7 @@ class Stopped:
     status: dict
     shown: str
     resumed: subprocess.CompletedProcess
+    lines_at_stop: list[dict]
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +128,13 @@ def stopped_runs(tmp_path_factory) -> dict[str, Stopped]:
                     proc.kill()
                     proc.communicate()
         statuses = {sig: json.loads((run_dir / "status.json").read_text()) for sig, run_dir in dirs.items()}
+        lines = {sig: [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
+                 for sig, run_dir in dirs.items()}
         shown = {sig: cli("status", str(run_dir)).stdout.splitlines()[0] for sig, run_dir in dirs.items()}
         resumes = {sig: _start("resume", str(run_dir), "--rounds", "1") for sig, run_dir in dirs.items()}
         resumed = {sig: _ended(p) for sig, p in resumes.items()}
-    return {sig: Stopped(dirs[sig], procs[sig].returncode, errs[sig], statuses[sig], shown[sig], resumed[sig])
-            for sig in SIGNALS}
+    return {sig: Stopped(dirs[sig], procs[sig].returncode, errs[sig], statuses[sig], shown[sig], resumed[sig],
+                         lines[sig]) for sig in SIGNALS}
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
@@ -142,9 +145,17 @@ def test_a_signal_ends_a_run_like_ctrl_c_and_resume_goes_on(stopped_runs, sig):
     assert (run.status["state"], run.status["stop_reason"], run.status["signal"]) == (state, state, sig)
     done = run.status["round"]
     assert done >= 1
+    recorded, unsaved = run.status["tokens"], run.status["tokens_unsaved"]
+    lost = (f"; {unsaved:,} tokens paid since the last saved round are in no record (its calls were cut off)"
+            if unsaved else "")
     assert _stop_line(run.stderr) == (
         f"{state} after {done} finished round(s) ({sig}); the ledger keeps head v{run.status['head_version']} and "
-        f"every commit before it; go on with `agentdescent resume {run.run_dir}`")
+        f"every commit before it, {recorded:,} tokens recorded{lost}; go on with `agentdescent resume "
+        f"{run.run_dir}`")
+    # the run directory says what the ledger keeps: as many rounds as the line says, their tokens the status's
+    assert [row["round"] for row in run.lines_at_stop] == list(range(1, done + 1))
+    assert run.lines_at_stop[-1]["tokens_total"] == recorded == sum(row["tokens"] for row in run.lines_at_stop)
+    assert unsaved >= 0
     assert run.shown == f"state: {state} ({sig}); go on with `agentdescent resume {run.run_dir}`"
 
     assert run.resumed.returncode == 0, run.resumed.stderr
