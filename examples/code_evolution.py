@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     passing = sum(final[t.id].passed for t in held_out)
     print(f"\n{len(result.history)} rounds in {time.monotonic() - started:.1f} s, stop: {result.stop_reason}; "
           f"version {result.version}, {sum(r.committed for r in result.history)} commit(s)")
+    if result.error:  # a run that ended in an error says which (a model server that refused, say)
+        print(f"error: {result.error}")
     held = {t.id for t in held_out}
     broken_total = 0
     versions = ledger.history("artifact")

@@ -188,6 +188,12 @@ def test_edits_that_do_not_apply_are_counted_and_never_end_the_run(project):
     assert result.counters["edits_refused"] >= 1
     assert sum((r.proposals or {}).get("edits_refused", 0) for r in result.history) == result.counters["edits_refused"]
     assert suite.tree.refused() == {"not_found": result.counters["edits_refused"]}
+    # each round says which kinds were refused, as the replies' refusals are
+    kinds: dict[str, int] = {}
+    for r in result.history:
+        for kind, n in (r.proposals or {}).get("edits_refused_kinds", {}).items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    assert kinds == suite.tree.refused() == {"not_found": result.counters["edits_refused_not_found"]}
 
 
 def test_a_patch_cannot_reach_the_home_the_repository_or_the_key(project, tmp_path, monkeypatch):

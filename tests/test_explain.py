@@ -168,3 +168,16 @@ def test_a_rounds_reward_that_is_an_estimate_says_so() -> None:
                   {k: v for k, v in partly.items() if k != "measured_share"}, {**partly, "measured_share": "x"}):
         assert estimate_note(whole) == ""
         assert "estimate" not in round_lines(whole)[0]
+
+
+def test_refused_code_edits_are_shown_by_kind_wherever_refused_replies_are() -> None:
+    from agentdescent.cli.reportsections import _proposals_cell
+
+    record = {"round": 2, "held_out_reward": 0.5, "committed": 0, "tokens": 10, "cards": 0, "rollouts": 2,
+              "proposals": {"made": 2, "cards": 0, "edits_refused": 2,
+                            "edits_refused_kinds": {"not_found": 1, "excluded": 1}}, "decisions": []}
+    line = round_lines(record)[1]
+    assert "2 edit(s) refused (1 search block not in the file, 1 a path the tree excludes)" in line
+    assert "2 edit(s) refused" in _proposals_cell(record["proposals"])
+    why = likely_cause([record])
+    assert why is not None and "2 edit(s) refused (" in why and "code edits do not apply" in why

@@ -28,6 +28,7 @@ from ..engine.why import (
     _refusals,
     _text,
     decision_facts,
+    edit_refusals,
     likely_cause,
     round_facts,
 )
@@ -131,6 +132,8 @@ def round_lines(record: Mapping[str, Any]) -> list[str]:
             line += f"; {_i(proposals['rules'])} rule(s), {_i(proposals.get('declined', 0))} NONE"
             if _map(proposals.get("refused")):
                 line += f", refused: {_refusals(_map(proposals['refused']))}"
+        if edit_refusals(proposals):
+            line += f"; {edit_refusals(proposals)}"
         lines.append(line)
         for kind, example in sorted(_map(proposals.get("examples")).items()):
             lines.append(f"    e.g. {KIND_WORDS.get(kind, kind)}: {_text(example, 160)!r}")

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..engine.answers import CONSTANT_SHARE, NAMES_NONE, NAMES_SEVERAL, AnswerDistribution
+from ..engine.why import edit_refusals
 from .explain import estimate_note
 from .reportdata import _k, _m, _num, _per_task, _time
 from .reportparts import (
@@ -168,6 +169,8 @@ def _proposals_cell(p: Any) -> str:
     if _num(p.get("declined")):
         parts.append(f"{_n(p.get('declined'))} declined")
     parts += [f"{_n(v)} refused as {_e(k)}" for k, v in refused.items()]
+    if edit_refusals(p):
+        parts.append(_e(edit_refusals(p)))
     if "cards" in p:
         parts.append(f"{_n(p.get('cards'))} became cards")
     return ", ".join(parts)

@@ -71,6 +71,8 @@ class RoundRecorder:
     def _proposal_counts(self) -> dict[str, int]:
         counts = {"made": self.counters.get("proposals"), "cards": self.counters.get("cards"),
                   "edits_refused": self.counters.get("edits_refused")}
+        counts.update({k: v for k, v in self.counters.as_dict().items()
+                       if k.startswith("edits_refused_") and isinstance(v, int)})
         if self._agent_stats is not None:
             counts.update({f"agent_{k}": int(v) for k, v in self._agent_stats().items() if isinstance(v, int)})
         return counts
@@ -83,6 +85,8 @@ class RoundRecorder:
         out: dict[str, Any] = {"made": delta["made"], "cards": delta["cards"]}
         if delta["edits_refused"]:
             out["edits_refused"] = delta["edits_refused"]  # edits that did not apply (a code strategy)
+            out["edits_refused_kinds"] = {k[len("edits_refused_"):]: n for k, n in sorted(delta.items())
+                                          if k.startswith("edits_refused_") and n}
         if self._agent_stats is not None and delta.get("agent_proposals", 0) == delta["made"]:
             # the agent saw these calls itself (not a copy in another process)
             refused = {k: delta[f"agent_{k}"] for k in REFUSAL_KINDS if delta.get(f"agent_{k}", 0)}

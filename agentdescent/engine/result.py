@@ -48,7 +48,8 @@ class RoundInfo:
             (`agentdescent.LLMAgent.stats`) ``rules``, ``declined`` (NONE), ``refused``
             (kind -> count, the kinds that occurred) and ``examples`` (kind -> one refused
             reply, cut short); ``edits_refused`` (proposals whose code edits did not apply,
-            `agentdescent.errors.EditRefused`) when there were any.
+            `agentdescent.errors.EditRefused`) and ``edits_refused_kinds`` (its reason -> count)
+            when there were any.
         elapsed: seconds the round took, on the run's clock (the only field that does not
             repeat between two identical runs).
         measured_share: the share of the held-out tasks whose score in ``held_out_reward``

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..types import MergeOutcome, MergeReport
 
-__all__ = ["KIND_WORDS", "decision_facts", "likely_cause", "round_facts"]
+__all__ = ["EDIT_WORDS", "KIND_WORDS", "decision_facts", "edit_refusals", "likely_cause", "round_facts"]
 
 #: A refusal kind (`agentdescent.agents.proposals.REFUSAL_KINDS`) in words.
 KIND_WORDS = {
@@ -80,6 +80,30 @@ def _refusals(refused: Mapping[str, Any]) -> str:
                      for kind, n in sorted(refused.items(), key=lambda kv: -_n(kv[1])))
 
 
+#: An edit refusal's reason (`agentdescent.errors.EditRefused.reason`) in words, where it needs them.
+EDIT_WORDS = {
+    "not_found": "search block not in the file",
+    "ambiguous": "search block found more than once",
+    "outside": "a path outside the tree",
+    "excluded": "a path the tree excludes",
+    "malformed": "malformed",
+    "no_edit": "no edit in the reply",
+    "too_big": "too big",
+    "machinery": "reaches into the test runner",
+}
+
+
+def edit_refusals(proposals: Mapping[str, Any]) -> str:
+    """``2 edit(s) refused (1 search block not in the file, 1 a path the tree excludes)``, or nothing."""
+    n = _i(proposals.get("edits_refused"))
+    if not n:
+        return ""
+    kinds = _map(proposals.get("edits_refused_kinds"))
+    said = ", ".join(f"{_i(k)} {EDIT_WORDS.get(kind, kind.replace('_', ' '))}"
+                     for kind, k in sorted(kinds.items(), key=lambda kv: -_n(kv[1])))
+    return f"{n} edit(s) refused" + (f" ({said})" if said else "")
+
+
 def _proposal_fix(refused: Mapping[str, int], declined: float, made: float) -> str | None:
     """What to change when the proposals themselves are the loss (half of them or more refused or NONE)."""
     total = sum(refused.values())
@@ -133,6 +157,15 @@ def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
             fixes.append(fix)
     else:
         summary = f"{made} proposal(s), {cards} card(s)" if made is not None else f"{cards} card(s)"
+    edits = {"edits_refused": sum(_n(p.get("edits_refused")) for p in props), "edits_refused_kinds": {}}
+    for p in props:
+        for kind, k in _map(p.get("edits_refused_kinds")).items():
+            edits["edits_refused_kinds"][str(kind)] = edits["edits_refused_kinds"].get(str(kind), 0) + _i(k)
+    if edits["edits_refused"]:
+        summary += f"; {edit_refusals(edits)}"
+        if made and 2 * edits["edits_refused"] >= made:
+            fixes.append("the model's code edits do not apply to the files (`status --verbose` shows each kind): a "
+                         "stronger code model, or a tree that includes the files it edits")
     decisions = [d for r in records for d in _list(r.get("decisions")) if isinstance(d, Mapping)]
     measured = [d for d in decisions if _map(d.get("evidence"))]
     gated = [d for d in decisions if str(d.get("reason", "")).startswith("self-verify gate")]
