@@ -307,6 +307,7 @@ def _proposal_diff(env: WorkerContext, rollout: Rollout, kind: str) -> Diff | No
     except EditRefused as refused:
         # an edit that does not apply (a code strategy): counted like a refused reply
         env.counters.add("edits_refused")
+        env.counters.add(f"edits_refused_{refused.reason}")  # by kind, as the replies' refusals are
         logger.debug("worker %d: edit refused (%s): %s", rollout.worker_id, refused.reason, refused)
         return None
 
