@@ -92,3 +92,31 @@ def test_explain_names_an_error_and_a_reward_never_measured() -> None:
     text = result.explain()
     assert result.stop_reason == "error" and "held-out none -> none" in text
     assert "\nerror: " in text and "(measured" not in text
+
+
+def test_a_round_names_a_change_of_mind_and_an_idle_walk() -> None:
+    # the router's evaluation is deterministic: the noise probe finds it so at the first decision
+    result = evolve(**RouterDomain(seed=0, latency=0.0).evolve_kwargs(), rounds=3, seed=0)
+    notes = [n for h in result.history for n in h.notes]
+    assert result.counters["noise"]["state"] == "deterministic"
+    found = [(h.index, n) for h in result.history for n in h.notes
+             if n.startswith("the held-out evaluation was found deterministic")]
+    assert [i for i, _ in found] == [1]  # said once, in the round whose first decision learned it
+    assert notes == [n for _, n in found]
+    # a walk with nothing left to fail on while held-out tasks fail: the model answers every training task
+    # and no held-out one (the split is seeded: a first call finds it, the second runs on it)
+    tasks = [Task(f"t{i}", f"Question {i}.") for i in range(12)]
+    held: set[str] = set()
+
+    def run(rendered: str, task: Task) -> str:
+        return "wrong" if task.id in held else "right"
+
+    def reward(task: Task, output: str) -> float:
+        return 1.0 if output == "right" else 0.0
+
+    kwargs = dict(run=run, propose=lambda *a: None, seed=0, held_out_frac=0.5)
+    held.update(evolve(tasks, reward, rounds=1, **kwargs).held_out_samples["final"]["tasks"])
+    idle = evolve(tasks, reward, rounds=2, **kwargs)
+    assert idle.final_reward == 0.0 and idle.committed == 0
+    assert all(any(n.startswith("every training task is solved") for n in h.notes) for h in idle.history[1:])
+    assert "no worker is ever shown those" in idle.explain()

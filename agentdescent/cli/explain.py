@@ -137,6 +137,8 @@ def round_lines(record: Mapping[str, Any]) -> list[str]:
         lines.append(line)
         for kind, example in sorted(_map(proposals.get("examples")).items()):
             lines.append(f"    e.g. {KIND_WORDS.get(kind, kind)}: {_text(example, 160)!r}")
+    for note in _list(record.get("notes")):
+        lines.append(f"  note: {_text(note, 400)}")
     decisions = record.get("decisions")
     if not isinstance(decisions, list):  # a record written before decisions were kept
         decisions = [{"outcome": o, "reason": ""} for o in _list(record.get("outcomes"))]

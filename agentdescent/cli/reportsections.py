@@ -189,7 +189,9 @@ def _rounds_table(rows: Sequence[Mapping[str, Any]], status: Mapping[str, Any]) 
         body.append([_e(r.get("round", "?")), _when(r.get("ended")), _duration(r.get("seconds")),
                      _f(r.get("held_out_reward")) + _estimate_mark(r), f"v{_e(r.get('head_version', '?'))}",
                      _n(r.get("committed", 0)),
-                     _e(", ".join(str(o) for o in outcomes)) or '<span class="nr">no decision</span>',
+                     (_e(", ".join(str(o) for o in outcomes)) or '<span class="nr">no decision</span>') + "".join(
+                         f'<br><span class="nr">{_e(str(n))}</span>' for n in (r.get("notes") or [])
+                         if isinstance(r.get("notes"), list)),
                      _proposals_cell(r.get("proposals")), _n(r.get("tokens")), _n(r.get("tokens_total"))])
     return _table(["round", "ended", "took", "held-out", "head", "commits", "merge outcomes", "proposals",
                    "tokens", "tokens in all"], body, "num")

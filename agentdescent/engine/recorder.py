@@ -109,7 +109,8 @@ class RoundRecorder:
         self.bar = tqdm(desc=desc, unit="rollout" if rollouts else self.unit, total=total, initial=done)
 
     def record(self, reports: list[MergeReport], held: float, *, rollouts: int, cards: int,
-               head_version: int | None = None, measured_share: float | None = None) -> RoundInfo:
+               head_version: int | None = None, measured_share: float | None = None,
+               notes: list[str] | None = None) -> RoundInfo:
         """The `RoundInfo` of the merge just made, logged; `announce` shows it and passes it to ``on_round``."""
         total, failures = self.usage.total_tokens, self.counters.get("backend_failures")
         moment = self.clock.now() if self.clock is not None else 0.0
@@ -118,7 +119,7 @@ class RoundRecorder:
             reports=reports, rollouts=rollouts, cards=cards,
             backend_failures=failures - self._failures_mark, head_version=head_version,
             proposals=self._proposals(), elapsed=round(moment - self._time_mark, 3),
-            measured_share=measured_share, **summarize(reports),
+            measured_share=measured_share, notes=list(notes or []), **summarize(reports),
         )
         self._time_mark = moment
         self._tokens_mark, self._failures_mark = total, failures

@@ -56,6 +56,10 @@ class RoundInfo:
             was measured on this head itself (1.0: the reward is a measurement; below it, an
             estimate whose other tasks' scores are inherited from the versions before the
             head's commit, or imputed); None in a record saved before it was kept.
+        notes: what changed in how the run decides, or why it stood idle, in words: the
+            held-out evaluation found deterministic or noisy (later decisions weigh the same
+            evidence differently), or every training task solved as far as the rollouts have
+            seen while held-out tasks still fail (no worker is shown those).
     """
 
     index: int
@@ -73,13 +77,14 @@ class RoundInfo:
     proposals: dict[str, Any] | None = None
     elapsed: float = 0.0
     measured_share: float | None = None
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         data = {k: getattr(self, k) for k in (
             "index", "held_out_reward", "committed", "fused", "discarded_stale",
             "conflicts_dropped", "tokens", "rollouts", "cards", "backend_failures", "head_version",
-            "proposals", "elapsed", "measured_share",
+            "proposals", "elapsed", "measured_share", "notes",
         )}
         data["reports"] = [r.to_json() for r in self.reports]
         return data

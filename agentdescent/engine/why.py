@@ -71,7 +71,7 @@ def round_facts(info: Any) -> dict[str, Any]:
         "committed": info.committed, "fused": info.fused, "rollouts": info.rollouts, "cards": info.cards,
         "discarded_stale": info.discarded_stale, "backend_failures": info.backend_failures,
         "proposals": info.proposals, "decisions": [decision_facts(r) for r in info.reports],
-        "measured_share": info.measured_share,
+        "measured_share": info.measured_share, "notes": list(info.notes),
     }
 
 
@@ -136,6 +136,12 @@ def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
     if not made and rollouts == 0 and failures:
         return (f"{head}: {failures} model call(s) failed and no rollout finished; check the server, the model "
                 "name and the key (`agentdescent status` shows the error)")
+    idle = any(str(n).startswith("every training task is solved") for r in records for n in _list(r.get("notes")))
+    if made == 0 and idle:
+        return (f"{head}: no proposal was asked for: every training task is solved as far as the {rollouts} "
+                "rollout(s) have seen, while held-out tasks still fail, and no worker is ever shown those (a "
+                "proposal follows a failed rollout); more training tasks (a smaller held_out_frac), or tasks like "
+                "the failing ones among the training tasks, help")
     if made == 0:
         return (f"{head}: no proposal was asked for, because every one of the {rollouts} rollout(s) scored 1 (a "
                 "proposal follows a failure); the tasks may be too easy for the model, or the reward too lenient: "
