@@ -68,6 +68,14 @@ class RoundRecorder:
         self._agent_examples = examples if callable(examples) else None
         self._proposal_mark = self._proposal_counts()
 
+    def rebase(self) -> None:
+        """Count from where the run stands now: a resumed run restores its counters and meter after the
+        recorder is made, and its first round must show only what it did itself (not the restored totals)."""
+        self._tokens_mark = self.usage.total_tokens
+        self._spent_mark = self.governor.spent
+        self._failures_mark = self.counters.get("backend_failures")
+        self._proposal_mark = self._proposal_counts()
+
     def _proposal_counts(self) -> dict[str, int]:
         counts = {"made": self.counters.get("proposals"), "cards": self.counters.get("cards"),
                   "edits_refused": self.counters.get("edits_refused")}

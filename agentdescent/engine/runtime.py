@@ -430,6 +430,7 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
     if saved is not None:
         version, state = led.head(config.artifact_id)
         head_scores = restore(env, saved, {t.id: t for t in config.tasks}, version)
+        recorder.rebase()  # the restored counters are not this run's first round
         if head_scores:
             indices = sorted(head_scores)
             evaluator.remember(state, [held_out[i] for i in indices], [head_scores[i] for i in indices])

@@ -353,6 +353,8 @@ def test_split_runs_on_one_ledger_end_where_one_long_run_does(tmp_path):
         part = evolve(**router_kwargs(), rounds=3, ledger=tmp_path / "parts.sqlite")
     assert part.state == whole.state and part.version == whole.version
     assert [h.held_out_reward for h in part.history] == [h.held_out_reward for h in whole.history]
+    # a resumed run's first round shows the proposals it made, not the totals it restored
+    assert [h.proposals for h in part.history] == [h.proposals for h in whole.history]
     for key in ("rollouts", "proposals", "self_verify_rollouts", "merge_held_out_tasks_scored"):
         assert part.counters[key] == whole.counters[key], key
     assert part.final_reward == whole.final_reward and part.counters["final_reward_inherited"] == 0
