@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from agentdescent import LLMAgent, Task, async_evolve, evolve  # noqa: E402
 from agentdescent.providers import openai_compatible  # noqa: E402
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body  # noqa: E402
 from bench.jsonout import write_json  # noqa: E402
-from tests.llm_server import LLMServer, Reply, openai_body  # noqa: E402
 
 KEY = "sk-bench-faults-key"
 

@@ -9,7 +9,7 @@ child then runs what is left to the end. The kinds:
   `agentdescent.SqliteLedger` path;
 - ``async``: ``async_evolve`` likewise (its planned work is rollouts; its rounds are merges);
 - ``cli``: ``agentdescent run`` then ``agentdescent resume`` on an offline run directory:
-  a loopback OpenAI-compatible server (``tests/llm_server.py``) plays the model, on sums,
+  a loopback OpenAI-compatible server (``agentdescent/testing/llmserver.py``) plays the model, on sums,
   differences, products and parity questions, one rule each to learn;
 - ``tree``: ``agentdescent init RUN --tree DIR`` on examples/code_project, then ``run`` and
   ``resume``; the loopback server plays the code model with the seeded patches of
@@ -75,9 +75,9 @@ sys.path.insert(0, str(ROOT))
 
 from agentdescent import SqliteLedger  # noqa: E402
 from agentdescent.engine.progress import read_progress  # noqa: E402
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body  # noqa: E402
 from bench.jsonout import write_json  # noqa: E402
 from examples.code_evolution import PATCHES  # noqa: E402
-from tests.llm_server import LLMServer, Reply, openai_body  # noqa: E402
 
 ARTIFACT = "artifact"  # the artifact id of evolve's default and of the command line
 KEY_ENV, KEY = "KILL_LOOPS_KEY", "sk-kill-loops-0123456789"

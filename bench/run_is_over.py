@@ -1,6 +1,6 @@
 """Is a returned run over? Requests after return, stragglers and budget overshoot, for both runtimes.
 
-Each scenario starts a loopback OpenAI-compatible server on 127.0.0.1 (tests/llm_server.py,
+Each scenario starts a loopback OpenAI-compatible server on 127.0.0.1 (agentdescent/testing/llmserver.py,
 which records every request with its arrival time) and runs ``evolve`` and ``async_evolve``
 with an ``LLMAgent`` over the real ``openai_compatible`` adapter, 40 sums, 4 workers (the
 sync runs with ``max_concurrency=4``). Nothing leaves the machine.
@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from agentdescent import LLMAgent, async_evolve, evolve  # noqa: E402
 from agentdescent.providers import openai_compatible  # noqa: E402
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body  # noqa: E402
 from bench.jsonout import write_json  # noqa: E402
-from tests.llm_server import LLMServer, Reply, openai_body  # noqa: E402
 from tests.sum_workload import CONTEXT, RULE, SUM, reward, tasks  # noqa: E402
 
 KEY = "sk-bench-run-is-over"

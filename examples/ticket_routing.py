@@ -8,8 +8,8 @@ Run from the repository root (``-m``), or as a file from any directory::
         --proposer-model gpt-4o --proposer-base-url https://api.openai.com/v1
 
 The tasks are the tutorial's: 16 tickets to route to billing, tech or account
-(examples/data/tickets.jsonl), and 12 more as the test set
-(examples/data/tickets_test.jsonl), which no decision of the run sees; both heads, the
+(agentdescent/testing/data/tickets.jsonl, shipped with the package), and 12 more as the test set
+(tickets_test.jsonl beside it), which no decision of the run sees; both heads, the
 starting one and the final one, are scored on it, with a 95 % interval on the
 difference. The reward is `agentdescent.rewards.builtin.normalized_match`: 1.0 when the reply
 is the right label alone (case and punctuation ignored; a sentence around it scores 0),
@@ -42,8 +42,8 @@ from agentdescent.agents.llm import REFUSAL_KINDS
 from agentdescent.cli.explain import likely_cause, round_record
 from agentdescent.rewards.builtin import normalized_match
 from agentdescent.testing import FakeProvider
+from agentdescent.testing.standin import TEST_TICKETS_FILE, TICKETS_FILE
 
-DATA = Path(__file__).resolve().parent / "data"
 PROMPT = "Route this support ticket to billing, tech or account:\n{ticket}"
 
 
@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.call_tokens < 1:
         parser.error(f"--call-tokens {args.call_tokens}: the per-call limit must be at least 1")
 
-    tasks = read_tasks(DATA / "tickets.jsonl", "t")
-    test_tasks = read_tasks(DATA / "tickets_test.jsonl", "test")
+    tasks = read_tasks(TICKETS_FILE, "t")
+    test_tasks = read_tasks(TEST_TICKETS_FILE, "test")
     from agentdescent import providers
 
     try:

@@ -23,7 +23,7 @@ from agentdescent.agents.llm import (
 from agentdescent.errors import InvalidArgument
 from agentdescent.providers import ProviderUnavailableError, from_callable, openai_compatible
 from agentdescent.testing import FakeProvider
-from tests.llm_server import LLMServer, openai_body
+from agentdescent.testing.llmserver import LLMServer, openai_body
 
 TASK = Task("t1", "What is the capital of France?", {"answer": "Paris"})
 PLAYBOOK = "# Playbook\n- Answer with one word."

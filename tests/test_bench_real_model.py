@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.llm_server import LLMServer, Reply, openai_body
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))

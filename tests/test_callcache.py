@@ -19,8 +19,8 @@ from agentdescent.agents.callcache import (
 from agentdescent.model import Completion
 from agentdescent.providers import from_callable, openai_compatible
 from agentdescent.testing import FakeProvider
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 from agentdescent.usage import Usage, run_meters
-from tests.llm_server import LLMServer, Reply, openai_body
 
 TASK = Task("t1", "What is the capital of France?", {"answer": "Paris"})
 PLAYBOOK = "# Playbook\n- Answer with one word."

@@ -51,9 +51,9 @@ from agentdescent.testing import (
     StalenessConformance,
     StrategyConformance,
 )
+from agentdescent.testing.llmserver import LLMServer, Reply, anthropic_body, openai_body
 
 from .ledger_files import flipped, stored_bytes, write_bytes
-from .llm_server import LLMServer, Reply, anthropic_body, openai_body
 from .toy import echo_run, toy_reward, toy_tasks
 
 # --------------------------------------------------------------------------- strategies

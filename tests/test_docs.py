@@ -7,6 +7,7 @@ page can build on its earlier blocks. A block that should not run is written as
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -63,3 +64,16 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_second() -> None:
     assert pattern is not None
     matches = [line for line in readme.splitlines() if re.match(pattern.group(1), line)]
     assert matches and matches[0] == commands[1]
+
+
+def test_the_tutorial_runs_outside_the_checkout(tmp_path: Path) -> None:
+    """Its code needs the installed package only: no ``tests.`` module, no file of the repository."""
+    code = "\n".join(_blocks(ROOT / "docs" / "tutorial.md"))
+    assert "tests." not in code and "examples/" not in code
+    script = tmp_path / "tutorial.py"
+    script.write_text(code, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["AGENTDESCENT_CACHE"] = str(tmp_path / "cache")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

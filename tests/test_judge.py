@@ -1,6 +1,6 @@
 """`agentdescent.rewards.judge`: reading a judge's verdict, and a judge reward against a real loopback server.
 
-The grading model is a real OpenAI-compatible HTTP server on 127.0.0.1 (`tests.llm_server`)
+The grading model is a real OpenAI-compatible HTTP server on 127.0.0.1 (`agentdescent.testing.llmserver`)
 behind `agentdescent.openai_compatible`: the judge's request is built, sent, recorded and
 parsed for real; the server's responder grades by comparing the answer in the request
 with the expected one.
@@ -22,7 +22,7 @@ from agentdescent.errors import InvalidArgument, InvalidArgumentType, ProviderEr
 from agentdescent.providers import from_callable
 from agentdescent.rewards.builtin import Score, check_reward
 from agentdescent.rewards.judge import DEFAULT_JUDGE_TEMPLATE, JudgeReward, read_verdict
-from tests.llm_server import LLMServer, Reply, openai_body
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
 KEY = "sk-judge-test-Vq8Lm2Xp4Rt6"
 RUBRIC = "The answer names the right city and nothing else."

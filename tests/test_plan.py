@@ -3,7 +3,7 @@
 The numbers are checked as functions (the maximum is never below the expected; the
 expected grows with the rounds, the workers and the held-out set; a sampled model pays
 for re-draws a deterministic one does not), and the command line is driven as a user
-would, in subprocesses, against the loopback server of tests/llm_server.py: ``--probe``
+would, in subprocesses, against the loopback server of agentdescent/testing/llmserver.py: ``--probe``
 sends exactly one request, a provider failure is one line and exit 1, and a real ``run``
 spends no more than the maximum and within a factor of 2 of the expected.
 """
@@ -22,9 +22,8 @@ from typing import Any
 import pytest
 
 from agentdescent.cli.plan import Probe, budget_line, plan_numbers
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 from agentdescent.types import Task
-
-from .llm_server import LLMServer, Reply, openai_body
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-plan-test-key-0123456789"

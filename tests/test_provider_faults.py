@@ -31,7 +31,7 @@ from agentdescent.providers import (
     from_callable,
     openai_compatible,
 )
-from tests.llm_server import LLMServer, anthropic_body, openai_body
+from agentdescent.testing.llmserver import LLMServer, anthropic_body, openai_body
 from tests.test_providers import KEY, USER, VirtualClock, free_port, leaked_fragments
 
 VENDORS = ("openai", "anthropic")

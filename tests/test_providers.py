@@ -35,7 +35,7 @@ from agentdescent.providers import (
     openai_compatible,
 )
 from agentdescent.providers.redaction import _Redactor
-from tests.llm_server import LLMServer, anthropic_body, openai_body
+from agentdescent.testing.llmserver import LLMServer, anthropic_body, openai_body
 
 KEY = "sk-TESTKEY-q7Zx9Lp2Wm4Rv8Ty6Nb3Hc5J"
 USER = [{"role": "user", "content": "What is 6 * 7?"}]

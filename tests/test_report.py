@@ -389,7 +389,8 @@ def test_the_command_writes_the_page(tmp_path):
 
 def test_a_real_run_against_a_loopback_model(tmp_path, monkeypatch):
     """`agentdescent init` and `run` in this process against the scripted server of tests/system/test_cli.py."""
-    from .llm_server import LLMServer
+    from agentdescent.testing.llmserver import LLMServer
+
     from .system.test_cli import KEY, RULE, responder, write_rows, write_tasks
 
     tasks = write_tasks(tmp_path / "tasks.jsonl")

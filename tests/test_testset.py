@@ -1,7 +1,7 @@
 """`agentdescent.engine.testset`: `evaluate`, `Evaluation`, `paired_difference` and `bootstrap_interval`.
 
 `evaluate` runs with plain ``run=`` callables and with an `agentdescent.LLMAgent` on a real
-loopback OpenAI-compatible server (`tests.llm_server`).
+loopback OpenAI-compatible server (`agentdescent.testing.llmserver`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from agentdescent.errors import (
 )
 from agentdescent.merge.strategies import AppendRules, SingleSlot
 from agentdescent.rewards.builtin import Score, exact_match
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 from agentdescent.usage import Usage
-from tests.llm_server import LLMServer, Reply, openai_body
 
 CITIES = {"France": "Paris", "Japan": "Tokyo", "Kenya": "Nairobi", "Peru": "Lima", "Chile": "Santiago"}
 TASKS = [Task(f"cap-{c.lower()}", f"What is the capital of {c}?", {"answer": city}) for c, city in CITIES.items()]

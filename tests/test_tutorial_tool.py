@@ -27,6 +27,6 @@ def test_the_program_keeps_the_tutorial_code_and_leaves_out_only_the_stand_in():
     assert "BASE_URL, MODEL, API_KEY = ('http://127.0.0.1:9/v1', 'm', '***')" in code
     assert "secret-key-value" not in code  # --print never shows the key
     tutorial = (ROOT / "docs" / "tutorial.md").read_text(encoding="utf-8")
-    for line in ("result = evolve(", "explained_run = evolve(", "read_tickets('examples/data/tickets.jsonl')"):
+    for line in ("result = evolve(", "explained_run = evolve(", "read_tickets(TICKETS_FILE)"):
         assert line.replace("'", '"') in tutorial and line in code
     assert code.count("print('--- block ") == tutorial.count("```python\n")

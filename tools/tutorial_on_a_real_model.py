@@ -58,7 +58,7 @@ class _WithoutAsserts(ast.NodeTransformer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build the program and run it from the repository root (the tutorial reads examples/data/)."""
+    """Build the program and run it from the repository root (the tickets ship with the package)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base-url", required=True, help="the server's API root, with /v1")
     parser.add_argument("--model", required=True)

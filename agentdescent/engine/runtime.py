@@ -50,6 +50,7 @@ from .recorder import RoundRecorder
 from .result import RoundInfo
 from .stopping import StopRules
 from .testset import Evaluation, score_on
+from .why import round_notes
 from .worker import FailureBuffer, GroupTracker, TaskWalk
 
 __all__ = ["AggregatorFactory", "RunEnv", "close_run", "drive", "idle_reason", "open_run"]
@@ -293,32 +294,12 @@ class RunEnv:
             estimate = self.aggregator.head_estimate(self.artifact_id)  # no spend: what is known of the head
             share = estimate.measured / estimate.tasks if estimate.tasks else None
             info = self.recorder.record(reports, held, rollouts=rollouts, cards=len(cards), head_version=version,
-                                        measured_share=share, notes=self._notes(noise_before, held))
+                                        measured_share=share, notes=round_notes(
+                                            noise_before, self.aggregator.noise.state, self.aggregator.noise.stats(),
+                                            self.cycle.stats(), held))
             self.save_progress(version)
         self.recorder.announce(info)
         return info
-
-    def _notes(self, noise_before: str, held: float) -> list[str]:
-        """What changed in how the run decides, or why it stood idle, this round (`RoundInfo.notes`)."""
-        notes = []
-        noise = self.aggregator.noise
-        if noise.state != noise_before:
-            seen = noise.stats()
-            if noise.state == "deterministic":
-                notes.append(f"the held-out evaluation was found deterministic ({seen.get('agreements', 0)} re-draws "
-                             "of the head agreed): from now on a score is a fact, scored once, and a decision may "
-                             "rest on fewer tasks than before")
-            elif noise.state == "noisy":
-                notes.append(f"the held-out evaluation was found noisy ({seen.get('disagreements', 0)} re-draw(s) "
-                             "of the head disagreed): from now on tasks are drawn again on both sides, and a "
-                             "decision needs more evidence than before")
-        walk = self.cycle.stats()
-        if walk.get("walk_open") == 0 and held < 1.0:
-            notes.append("every training task is solved, or presumed solved by a commit, as far as the rollouts "
-                         f"have seen, while the head's held-out reward is {held:.3f}: the failing held-out tasks are "
-                         "never shown to a worker, so only a rollout that fails again (an exploration draw) can "
-                         "bring a proposal; more training tasks, or a larger share of them (held_out_frac), help")
-        return notes
 
     def save_progress(self, head_version: int | None = None) -> None:
         """Save the run's progress in its ledger (see `agentdescent.engine.progress`).

@@ -18,7 +18,8 @@ from typing import Any
 
 from ..types import MergeOutcome, MergeReport
 
-__all__ = ["EDIT_WORDS", "KIND_WORDS", "decision_facts", "edit_refusals", "likely_cause", "round_facts"]
+__all__ = ["EDIT_WORDS", "KIND_WORDS", "decision_facts", "edit_refusals", "likely_cause", "round_facts",
+           "round_notes"]
 
 #: A refusal kind (`agentdescent.agents.proposals.REFUSAL_KINDS`) in words.
 KIND_WORDS = {
@@ -73,6 +74,34 @@ def round_facts(info: Any) -> dict[str, Any]:
         "proposals": info.proposals, "decisions": [decision_facts(r) for r in info.reports],
         "measured_share": info.measured_share, "notes": list(info.notes),
     }
+
+
+def round_notes(noise_before: str, noise_now: str, noise: Mapping[str, Any], walk: Mapping[str, Any],
+                held: float) -> list[str]:
+    """What changed in how the run decides, or why it stood idle, in a round (`RoundInfo.notes`).
+
+    Args:
+        noise_before: the noise monitor's state before the round's merge (``"unknown"``...).
+        noise_now: its state after it.
+        noise: its counts (`agentdescent.merge.noise.NoiseMonitor.stats`).
+        walk: the task walk's counts (``walk_open``: training tasks not yet seen solved).
+        held: the head's held-out reward after the merge.
+    """
+    notes = []
+    if noise_now != noise_before and noise_now == "deterministic":
+        notes.append(f"the held-out evaluation was found deterministic ({_i(noise.get('agreements'))} re-draws of "
+                     "the head agreed): from now on a score is a fact, scored once, and a decision may rest on "
+                     "fewer tasks than before")
+    elif noise_now != noise_before and noise_now == "noisy":
+        notes.append(f"the held-out evaluation was found noisy ({_i(noise.get('disagreements'))} re-draw(s) of the "
+                     "head disagreed): from now on tasks are drawn again on both sides, and a decision needs more "
+                     "evidence than before")
+    if walk.get("walk_open") == 0 and held < 1.0:
+        notes.append("every training task is solved, or presumed solved by a commit, as far as the rollouts have "
+                     f"seen, while the head's held-out reward is {held:.3f}: the failing held-out tasks are never "
+                     "shown to a worker, so only a rollout that fails again (an exploration draw) can bring a "
+                     "proposal; more training tasks, or a larger share of them (held_out_frac), help")
+    return notes
 
 
 def _refusals(refused: Mapping[str, Any]) -> str:

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import ab_allocator  # noqa: E402
 
-from tests.llm_server import LLMServer, Reply, openai_body  # noqa: E402
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body  # noqa: E402
 
 ROWS = [
     {

@@ -1,6 +1,6 @@
 """The command line, driven as a user would: the real console script in subprocesses.
 
-A loopback OpenAI-compatible server (tests/llm_server.py) plays the model: it answers in a
+A loopback OpenAI-compatible server (agentdescent/testing/llmserver.py) plays the model: it answers in a
 sentence until the playbook tells it to give the bare answer, and proposes exactly that
 rule. The run directory's files are real; a ``kill -9`` mid-run is real. The server
 records every request, so a test can read what the proposer was told (the reward's
@@ -25,8 +25,7 @@ import pytest
 from agentdescent import SqliteLedger
 from agentdescent.cli.main import ARTIFACT_ID
 from agentdescent.engine.progress import read_progress
-
-from ..llm_server import LLMServer, Reply, openai_body
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
 pytest.importorskip("openai")
 

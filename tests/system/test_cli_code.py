@@ -19,8 +19,8 @@ import pytest
 
 from agentdescent import SqliteLedger
 from agentdescent.cli.main import ARTIFACT_ID
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
-from ..llm_server import LLMServer, Reply, openai_body
 from .test_cli import ROOT, cli, snapshot
 
 pytest.importorskip("openai")

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from agentdescent.cli.rundir import atomic_write
+from agentdescent.testing.llmserver import LLMServer, Reply
 
-from ..llm_server import LLMServer, Reply
 from ..test_report import parse
 from .test_cli import KEY, ROOT, _script, cli, init, responder, snapshot, write_rows, write_tasks
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from agentdescent import EvolutionResult
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
-from ..llm_server import LLMServer, Reply, openai_body
 from .test_cli import KEY, ROOT, RULE, _is_proposal, _option_help, _script, cli, init, responder
 
 pytest.importorskip("openai")

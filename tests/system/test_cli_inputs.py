@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from ..llm_server import LLMServer
+from agentdescent.testing.llmserver import LLMServer
+
 from .test_cli import cli, init, responder, write_rows, write_tasks
 
 pytest.importorskip("openai")

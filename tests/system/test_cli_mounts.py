@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from agentdescent import SqliteLedger
+from agentdescent.testing.llmserver import LLMServer
 
-from ..llm_server import LLMServer
 from .test_cli import (
     KEY,
     ROOT,

@@ -2,7 +2,7 @@
 
 A throwaway server (the session's ``postgres_server``: trusted over its Unix socket, a
 password over TCP) holds the ledger; a loopback OpenAI-compatible server plays the model
-(tests/llm_server.py, the stand-in of tests/system/test_cli.py). Each command runs through
+(agentdescent/testing/llmserver.py, the stand-in of tests/system/test_cli.py). Each command runs through
 the console script's ``main`` in this process, with its own stdout, stderr and exit code,
 so a run of several commands stays quick; the password is given as a user gives it, in
 ``PGPASSWORD``, and must appear in no file of the run directory and in nothing printed.
@@ -20,8 +20,8 @@ import pytest
 from agentdescent.cli.main import ARTIFACT_ID, main
 from agentdescent.engine.progress import read_progress
 from agentdescent.ledger import PostgresLedger
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
-from ..llm_server import LLMServer, Reply, openai_body
 from .test_cli import KEY, RULE, _is_proposal, _solution, responder, write_rows, write_tasks
 
 pytest.importorskip("psycopg")

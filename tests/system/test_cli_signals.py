@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from ..llm_server import LLMServer
+from agentdescent.testing.llmserver import LLMServer
+
 from .test_cli import KEY, ROOT, _script, cli, init, responder, write_tasks
 
 pytest.importorskip("openai")

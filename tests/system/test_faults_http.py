@@ -1,7 +1,7 @@
 """Faults end runs fast and say why: both runtimes against a loopback server that fails on purpose.
 
 A real OpenAI-compatible provider talks to a real ``ThreadingHTTPServer`` on 127.0.0.1
-(tests/llm_server.py). Backoffs are shortened so nothing waits for long; what the tests
+(agentdescent/testing/llmserver.py). Backoffs are shortened so nothing waits for long; what the tests
 pin is the number of requests a failure costs and what the result says, never wall time.
 """
 
@@ -23,8 +23,7 @@ import pytest
 from agentdescent import AggregatorConfig, LLMAgent, SqliteLedger, Task, async_evolve, evolve
 from agentdescent.engine.evaluation import look_width
 from agentdescent.providers import openai_compatible
-
-from ..llm_server import LLMServer, Reply, openai_body
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
 KEY = "sk-loopback-0123456789abcdef"
 N_WORKERS = 4

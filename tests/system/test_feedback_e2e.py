@@ -38,8 +38,8 @@ from agentdescent.agents.llm import DEFAULT_PROPOSE_TEMPLATE, feedback_paragraph
 from agentdescent.errors import InvalidArgument
 from agentdescent.providers import from_callable
 from agentdescent.rewards.builtin import exact_match
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 from agentdescent.usage import Usage
-from tests.llm_server import LLMServer, Reply, openai_body
 
 ENGINES = [pytest.param(evolve, id="evolve"), pytest.param(async_evolve, id="async_evolve")]
 N_WORKERS = 3

@@ -376,8 +376,8 @@ def test_run_id_is_checked_against_the_ledger_it_shares(tmp_path: Path) -> None:
 def test_a_cli_run_whose_lease_was_taken_over_fails_naming_the_holder(tmp_path: Path) -> None:
     pytest.importorskip("openai")
     from agentdescent.cli.main import ARTIFACT_ID
+    from agentdescent.testing.llmserver import LLMServer
 
-    from ..llm_server import LLMServer
     from .test_cli import KEY, _script, init, responder
 
     with LLMServer(responder=responder(delay=0.02)) as server:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from agentdescent import AggregatorConfig, EvolutionResult, LLMAgent, evolve, openai_compatible
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 from examples import skill_evolution
-from tests.llm_server import LLMServer, Reply, openai_body
 
 
 def _loopback_run(**kwargs: Any) -> tuple[EvolutionResult, LLMAgent, dict[str, int], int]:

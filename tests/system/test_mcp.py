@@ -1,7 +1,7 @@
 """`agentdescent mcp`, driven by the MCP SDK's own client over stdio, as an assistant would.
 
 The server is the real console command in a subprocess (``agentdescent mcp --root TMP``);
-the model is the loopback server of tests/llm_server.py, as in tests/system/test_cli.py.
+the model is the loopback server of agentdescent/testing/llmserver.py, as in tests/system/test_cli.py.
 One session goes through a whole run: init, run (a progress notification per round),
 status, show, export (and a refused overwrite, in the command line's words), paths the
 root does not reach, and a run the client cancels (then interrupted, and resumed).
@@ -20,8 +20,8 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from agentdescent.cli.parser import build_parser
+from agentdescent.testing.llmserver import LLMServer
 
-from ..llm_server import LLMServer
 from .test_cli import KEY, ROOT, RULE, cli, responder, write_tasks
 
 TOOLS = {"init", "plan", "run", "resume", "status", "show", "eval", "export", "report"}

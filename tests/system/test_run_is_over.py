@@ -1,7 +1,7 @@
 """A returned run is over: nothing more reaches the backend, what still runs is counted, the budget holds.
 
 Both runtimes run an `LLMAgent` over the real ``openai_compatible`` adapter against a
-loopback server (tests/llm_server.py, which records every request with its arrival time).
+loopback server (agentdescent/testing/llmserver.py, which records every request with its arrival time).
 Backoffs are short; after a run returns each test watches the server for twice the
 longest backoff (or past the provider's timeout) and counts what arrived.
 """
@@ -23,8 +23,8 @@ from agentdescent.errors import ProviderUnavailableError
 from agentdescent.merge.aggregator import AggregatorConfig
 from agentdescent.providers import openai_compatible
 from agentdescent.testing import ManualClock
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
-from ..llm_server import LLMServer, Reply, openai_body
 from ..sum_workload import CONTEXT, RULE, SUM, reward, tasks
 
 pytest.importorskip("openai")

@@ -1,4 +1,4 @@
-"""A scripted loopback HTTP server that speaks the OpenAI and Anthropic chat APIs.
+"""`LLMServer`: a scripted loopback HTTP server that speaks the OpenAI and Anthropic chat APIs, for tests.
 
 The provider SDKs (openai 3.x, anthropic 2.x) are built on ``httpx2``, which ``respx``
 cannot intercept, so the adapters are tested against this real server on 127.0.0.1:
@@ -10,7 +10,9 @@ assert on what the SDK sent and when.
 It serves ``POST /v1/chat/completions`` (OpenAI chat completions; point the SDK at
 ``server.openai_base_url``) and ``POST /v1/messages`` (Anthropic messages; point the
 SDK at ``server.base_url``). When the queue is empty it answers 599 with a message
-saying so, so a test that under-scripts fails loudly instead of hanging.
+saying so, so a test that under-scripts fails loudly instead of hanging. It listens on
+127.0.0.1 only, and is never used by the engines (the test suite, the benches and
+`agentdescent.testing.standin` start it).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The stand-in model docs/tutorial.md runs against: a scripted OpenAI-compatible server on 127.0.0.1.
 
-The tutorial's python blocks are executed by tests/test_docs.py, offline. Its first block
+The tutorial's python blocks are executed by tests/test_docs.py, offline, and run from any
+folder with the package installed: this module and its tickets ship with it. The first block
 starts this server; every later block talks to it through the real `openai_compatible`
 adapter and the openai SDK, exactly as it would talk to vLLM or llama.cpp. The stand-in
 behaves like a small model that knows the routing task but not its house rules:
@@ -16,9 +17,9 @@ behaves like a small model that knows the routing task but not its house rules:
   a reply cut off by the per-call limit (refused, and counted);
 - asked for a rewrite (``proposal="rewrite"``), it returns the whole new instructions.
 
-It knows the tickets of examples/data/tickets.jsonl (the tutorial's tasks) and
-examples/data/tickets_test.jsonl (its test set), and reads both files, as the tutorial
-does. Every reply reports ``usage`` (``ceil(chars / 4)`` each way), as a real server does.
+It knows the tickets of `TICKETS_FILE` (the tutorial's tasks, 16) and `TEST_TICKETS_FILE` (its
+test set, 12), the package's ``agentdescent/testing/data/``, and reads both files, as the
+tutorial and examples/ticket_routing.py do. Every reply reports ``usage`` (``ceil(chars / 4)`` each way), as a real server does.
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tests.llm_server import LLMServer, Reply, openai_body
+from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
-__all__ = ["TEST_TICKETS", "TICKETS", "start_stand_in"]
+__all__ = ["TEST_TICKETS", "TEST_TICKETS_FILE", "TICKETS", "TICKETS_FILE", "read_tickets", "start_stand_in"]
 
-DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
+#: The tutorial's 16 tickets, one ``{"ticket": ..., "label": ...}`` object a line (shipped with the package).
+TICKETS_FILE = Path(__file__).resolve().parent / "data" / "tickets.jsonl"
+#: Its test set: 12 more tickets, never a run's task.
+TEST_TICKETS_FILE = Path(__file__).resolve().parent / "data" / "tickets_test.jsonl"
 
 
 def read_tickets(path: Path) -> tuple[tuple[str, str], ...]:
@@ -41,10 +45,10 @@ def read_tickets(path: Path) -> tuple[tuple[str, str], ...]:
     return tuple((row["ticket"], row["label"]) for row in map(json.loads, filter(str.strip, lines)))
 
 
-#: (ticket, label): the tutorial's task set (examples/data/tickets.jsonl, which the tutorial reads too).
-TICKETS = read_tickets(DATA / "tickets.jsonl")
-#: (ticket, label): the tutorial's test set (examples/data/tickets_test.jsonl), never a run task.
-TEST_TICKETS = read_tickets(DATA / "tickets_test.jsonl")
+#: (ticket, label): the tutorial's task set (`TICKETS_FILE`, which the tutorial reads too).
+TICKETS = read_tickets(TICKETS_FILE)
+#: (ticket, label): the tutorial's test set (`TEST_TICKETS_FILE`), never a run task.
+TEST_TICKETS = read_tickets(TEST_TICKETS_FILE)
 _GOLD = dict(TICKETS + TEST_TICKETS)
 
 FORMAT_RULE = "Reply with the label only: billing, tech or account."
