@@ -5,6 +5,9 @@
   `agentdescent.testing.fakes`.
 - `CachingProviderSim` (a provider priced like a prefix cache) and `SimCall`:
   `agentdescent.testing.simulators`.
+- `LLMServer`, a scripted loopback server speaking the OpenAI and Anthropic chat APIs on
+  127.0.0.1 (`agentdescent.testing.llmserver`), and the tutorial's stand-in model built on
+  it, with the tickets it knows (`agentdescent.testing.standin`): imported from there.
 - `PostgresCluster`, a throwaway PostgreSQL server in a temporary folder (``initdb`` and
   ``pg_ctl``; it starts, stops, restarts and removes it) for testing and benchmarking
   `agentdescent.ledger.PostgresLedger` against a real server: `agentdescent.testing.pgcluster`
