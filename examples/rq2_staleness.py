@@ -7,6 +7,7 @@ Run from the repository root (``-m``), or as a file from any directory
     python -m examples.rq2_staleness --seed 1 --target 1.0
     python -m examples.rq2_staleness --pool-draw 0    # without drawing on the evidence pool
     python -m examples.rq2_staleness --compare-pool   # every run with and without the pool
+    python -m examples.rq2_staleness --policy reflective  # one staleness policy's runs only
 
 Eight workers evolve the router skill (the offline reference domain) in synchronous
 rounds. With ``refresh_interval=N`` a worker re-reads the head only every N rounds
@@ -16,6 +17,9 @@ the skill has blast radius 0.2, so ``classify()`` makes it L2 and alpha is
 ``alpha_tail``) under the default **guarded** policy: a card within alpha versions is
 rebased and re-verified on the current head, a card beyond alpha is discarded. The
 second table runs the three policies at the default alpha (``alpha_tail=1``).
+``--policy {full,guarded,reflective}`` keeps only that policy's runs: ``guarded`` prints
+the alpha sweep alone, ``full`` and ``reflective`` (which ignore alpha) their rows of the
+second table alone; with ``--compare-pool`` it keeps that policy's configurations.
 
 Every run draws on the evidence pool as ``--pool-draw N`` says
 (``AggregatorConfig(pool_draw=N)``, the library default unless given; 0 turns it off).
@@ -50,6 +54,8 @@ if __package__ in (None, ""):
 
 from agentdescent import AggregatorConfig, EvolutionResult, evolve
 from agentdescent.domains.router import RouterDomain
+
+POLICIES = ("full", "guarded", "reflective")
 
 COLUMNS = ["final reward", "rollouts", "to target", "stale discarded", "rebase-rejected",
            "wasted rollouts", "commits", "forced refreshes", "eval rollouts", "pool drawn",
@@ -195,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"(default {default_draw}, the library default; 0 turns the pool off)")
     parser.add_argument("--compare-pool", action="store_true",
                         help="run every configuration with --pool-draw and with 0, side by side")
+    parser.add_argument("--policy", choices=POLICIES, default=None,
+                        help="run only this staleness policy: guarded with alpha swept, or full or "
+                        "reflective at alpha 1 (default: all three)")
     args = parser.parse_args(argv)
     intervals = _ints(args.intervals, "--intervals", parser, 1)
     alphas = _ints(args.alphas, "--alphas", parser, 0)
@@ -207,37 +216,45 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_pool and args.pool_draw == 0:
         parser.error("--compare-pool compares --pool-draw N with 0: give N >= 1")
 
+    policies = POLICIES if args.policy is None else (args.policy,)
     print(f"router domain, seed {args.seed}, {args.workers} workers x {args.rounds} rounds, "
-          f"target {args.target}, pool_draw {args.pool_draw}, max_concurrency=1 (deterministic)\n")
+          f"target {args.target}, pool_draw {args.pool_draw}, max_concurrency=1 (deterministic)"
+          + ("" if args.policy is None else f", policy {args.policy} only") + "\n")
     if args.compare_pool:
-        configurations = [(ri, "guarded", alpha) for ri in intervals for alpha in alphas]
-        configurations += [(ri, policy, 1) for ri in intervals for policy in ("full", "reflective")]
-        print(f"With the evidence pool (pool_draw={args.pool_draw}) / without (pool_draw=0); "
-              "guarded with alpha swept, then full and reflective at alpha 1:\n")
+        configurations = [(ri, "guarded", alpha) for ri in intervals for alpha in alphas if "guarded" in policies]
+        configurations += [(ri, policy, 1) for ri in intervals for policy in ("full", "reflective")
+                           if policy in policies]
+        what = ("guarded with alpha swept, then full and reflective at alpha 1" if args.policy is None
+                else "alpha swept" if args.policy == "guarded" else "at alpha 1")
+        print(f"With the evidence pool (pool_draw={args.pool_draw}) / without (pool_draw=0); {what}:\n")
         failed = compare_pool(args, configurations)
         if failed:
             print(f"errors: {failed}")
             return 1
         return 0
-    print("Guarded policy, alpha swept (alpha_tail; the skill is L2):\n")
-    rows, failed = [], []
-    for ri in intervals:
-        for alpha in alphas:
-            m = run_sync(args, ri, "guarded", alpha)
-            rows.append([ri, alpha, *cells(m)])
-            if m["error"]:
-                failed.append(m["error"])
-    print(markdown_table(["refresh_interval", "alpha", *COLUMNS], rows))
+    failed: list[str] = []
+    if "guarded" in policies:
+        print("Guarded policy, alpha swept (alpha_tail; the skill is L2):\n")
+        rows = []
+        for ri in intervals:
+            for alpha in alphas:
+                m = run_sync(args, ri, "guarded", alpha)
+                rows.append([ri, alpha, *cells(m)])
+                if m["error"]:
+                    failed.append(m["error"])
+        print(markdown_table(["refresh_interval", "alpha", *COLUMNS], rows))
 
-    print("\nThe three policies at the default alpha (alpha_tail=1):\n")
-    rows = []
-    for ri in intervals:
-        for policy in ("full", "guarded", "reflective"):
-            m = run_sync(args, ri, policy, 1)
-            rows.append([ri, policy, *cells(m)])
-            if m["error"]:
-                failed.append(m["error"])
-    print(markdown_table(["refresh_interval", "policy", *COLUMNS], rows))
+    if args.policy != "guarded":  # guarded alone: its alpha 1 rows are in the sweep above
+        print("\nThe three policies at the default alpha (alpha_tail=1):\n" if args.policy is None
+              else f"The {args.policy} policy at the default alpha (alpha_tail=1; {args.policy} ignores alpha):\n")
+        rows = []
+        for ri in intervals:
+            for policy in policies:
+                m = run_sync(args, ri, policy, 1)
+                rows.append([ri, policy, *cells(m)])
+                if m["error"]:
+                    failed.append(m["error"])
+        print(markdown_table(["refresh_interval", "policy", *COLUMNS], rows))
     print("\nWasted rollouts count one rollout per discarded card; with self-verify on (the "
           "default) each such card also cost one self-verify re-run, not counted here.")
     if failed:

@@ -63,3 +63,30 @@ def test_code_evolution_reaches_every_held_out_test_and_never_commits_a_regressi
     assert "(1 killed at the timeout)" in out and "loops forever 1" in out and "writes outside 1" in out
     assert "edits refused (did not apply): 1 (not_found 1)" in out
     assert "writes outside the sandbox: none reached the home or the repository" in out
+
+
+def _table_rows(out: str) -> list[list[str]]:
+    """The body rows of every markdown table in ``out``, as lists of cells."""
+    lines = [line for line in out.splitlines() if line.startswith("|")]
+    body = [line for i, line in enumerate(lines)
+            if not line.startswith("|---") and not (i + 1 < len(lines) and lines[i + 1].startswith("|---"))]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in body]
+
+
+@pytest.mark.parametrize("policy", ["guarded", "reflective"])
+def test_rq2_staleness_runs_only_the_policy_it_is_given(policy: str) -> None:
+    intervals, alphas = ["1", "2"], ["0", "1"]
+    proc = subprocess.run([sys.executable, "-m", "examples.rq2_staleness", "--policy", policy, "--workers", "2",
+                           "--rounds", "2", "--intervals", ",".join(intervals), "--alphas", ",".join(alphas)],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    rows = _table_rows(out)
+    assert f"policy {policy} only" in out and "The three policies" not in out
+    if policy == "guarded":  # the alpha sweep alone (its alpha 1 rows are guarded's default-alpha runs)
+        assert "Guarded policy, alpha swept" in out
+        assert [row[:2] for row in rows] == [[ri, alpha] for ri in intervals for alpha in alphas]
+    else:  # no alpha sweep (it is guarded's); this policy's rows at alpha 1, one per interval
+        assert "alpha swept" not in out
+        assert [row[:2] for row in rows] == [[ri, policy] for ri in intervals]
+    assert not any(other in row for row in rows for other in ("full", "guarded", "reflective") if other != policy)

@@ -8,8 +8,10 @@ the shut-down waiting for workers — is on the run's clock, on one condition th
 change of state notifies: nothing polls.
 
 Safety rules it owns: a worker resyncs once the head is more than ``async_ratio``
-versions past its snapshot; a stall guard forces resyncs after a run of sweeps with no
-commit (``forced_refreshes``); backpressure holds workers while the merger is behind;
+versions past its snapshot (and whenever it has moved, once the head has converged: its
+held-out reward is 1.0, which no candidate can beat); a stall guard forces resyncs after a
+run of sweeps with no commit (``forced_refreshes``), except once the head has converged;
+backpressure holds workers while the merger is behind;
 optional admission pacing keeps the expected staleness at merge within alpha; a result
 that arrives after the stop is never merged.
 """
@@ -31,6 +33,15 @@ from .worker import Rollout, card_step, rollout_step
 __all__ = ["AsyncScheduler", "run_async"]
 
 logger = logging.getLogger("agentdescent.async_evolve")
+
+
+def _converged(held_out_reward: float | None) -> bool:
+    """The head cannot be beaten: its held-out reward is 1.0, the most a reward can give.
+
+    No candidate can then show the held-out gain a commit needs, so sweeps that commit
+    nothing are convergence, not a stall, and a snapshot behind the head is worth a resync.
+    """
+    return held_out_reward is not None and held_out_reward >= 1.0
 
 
 @dataclass
@@ -65,6 +76,8 @@ class AsyncScheduler:
         self.delivered = 0
         self.merged = 0  # admitted steps whose items a merge took in
         self.force = [False] * self.n_workers
+        self.converged = False  # the head's held-out reward is 1.0: no candidate can beat it
+        self.converged_resyncs = 0  # resyncs to a converged head that no other rule asked for
         self.exited = 0
         self.merge_steps = 0
         self.stats = AsyncStats()
@@ -131,9 +144,13 @@ class AsyncScheduler:
                     self.clock.wait(self.cond, env.stops.admission_deadline())
                     continue
                 head = env.ledger.versions()[self.aid]
+                if self.converged:  # no stall to cure: a worker behind the head catches up below, not forced
+                    self.force[w] = False
                 forced = self.force[w]
                 stale = snapshot is None or head - snapshot[0] > self.async_ratio
-                if forced or stale or (self.pacing and snapshot[0] != head):
+                moved = snapshot is not None and snapshot[0] != head
+                if forced or stale or ((self.pacing or self.converged) and moved):
+                    self.converged_resyncs += not (forced or stale or self.pacing)
                     snapshot = env.ledger.head(self.aid)
                     self.stats.resyncs += 1
                     if forced:
@@ -226,7 +243,10 @@ class AsyncScheduler:
                     info = env.merge_and_record(rollouts=sum(i.rollout is not None for i in items), cards=cards)
                 finally:
                     self.settle(len(items))
-                if cards:  # a sweep with nothing to merge says nothing about a stall
+                with self.cond:
+                    self.converged = _converged(info.held_out_reward)
+                # a sweep with nothing to merge, or with a head nothing can beat, says nothing about a stall
+                if cards and not self.converged:
                     sweeps_without_commit = 0 if info.committed else sweeps_without_commit + 1
                 if sweeps_without_commit >= self.stall_sweeps:
                     with self.cond:
@@ -280,6 +300,7 @@ class AsyncScheduler:
         ]
 
         def scheduler() -> str:
+            self.converged = _converged(env.last_reward)  # the starting head, measured by now
             for t in self.threads:
                 t.start()
             return self.sweeps()
@@ -302,6 +323,7 @@ class AsyncScheduler:
                 "pacing_waits": stats.pacing_waits,
                 "backpressure_waits": stats.backpressure_waits,
                 "resyncs": stats.resyncs,
+                "resyncs_converged": self.converged_resyncs,
                 "admitted": stats.admitted,
             }
         return finish(env, stop_reason=stop_reason, error=error, forced_refreshes=stats.forced_refreshes,

@@ -1,10 +1,10 @@
 """The sync scheduler: rounds with a barrier, and nothing else.
 
-This module owns only *when* things run in a sync run: each round snapshots the head for
-every worker (every ``refresh_interval`` rounds, staggered by worker id), runs the
-round's rollouts and worker steps on the run's pool, and merges every card the round
-produced in one decision at the barrier (so two complementary proposals of one round
-fuse). The worker step, the rules and the recording are the runtime's, shared with
+This module owns only *when* things run in a sync run: each round reads the head once and
+gives that snapshot to every worker that refreshes in the round (a worker refreshes every
+``refresh_interval`` rounds, staggered by worker id), runs the round's rollouts and worker
+steps on the run's pool, and merges every card the round produced in one decision at the
+barrier (so two complementary proposals of one round fuse). The worker step, the rules and the recording are the runtime's, shared with
 `agentdescent.engine.async_scheduler`. It must not commit except through the aggregator.
 """
 
@@ -29,9 +29,11 @@ def run_rounds(env: RunEnv) -> str:
         reason = env.admission_check(admitted, env.governor.mean_round_tokens())
         if reason is not None:
             return reason
-        for w in range(env.n_workers):
-            if index == 1 or (done_before + index - 1 + w) % refresh == 0:
-                snapshots[w] = env.ledger.head(aid)
+        refreshing = [w for w in range(env.n_workers)
+                      if index == 1 or (done_before + index - 1 + w) % refresh == 0]
+        if refreshing:  # one read of the head per round, shared by every worker that refreshes in it
+            head = env.ledger.head(aid)
+            snapshots.update(dict.fromkeys(refreshing, head))
         left = env.stops.rollouts_left(admitted)
         workers = range(env.n_workers if left is None else min(env.n_workers, left))
         jobs = [(w, env.cycle.next()) for w in workers]

@@ -321,11 +321,13 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
     held-out or test prompt into the artifact is refused (``demos_refused``, no card).
     The advantage is read from the run's `GroupTracker` now. The budget governor is asked
     once, from the card's pre-spend features, whether the candidate is worth its optional
-    spend (``card.allocated``): its self-verify rollout (re-run the task on the patched
-    artifact, when ``self_verify`` is on; never for a demonstration of the task itself,
-    which would only show the model copying it) and its held-out evaluation at the merge.
-    A skipped self-verify records ``before_after_delta = 0.0``; the card still goes to the
-    merge, where a candidate with no allocated card is not evaluated (so not committed).
+    spend: its self-verify rollout (re-run the task on the patched artifact, when
+    ``self_verify`` is on; never for a demonstration of the task itself, which would only
+    show the model copying it). With an allocator the same answer is ``card.allocated``,
+    the candidate's held-out evaluation at the merge; the spend floors alone (no allocator)
+    never refuse that evaluation. A skipped self-verify records ``before_after_delta =
+    0.0``; the card still goes to the merge, where a candidate with no allocated card is not
+    evaluated (so not committed).
 
     Raises:
         BackendFailure: the proposal or the self-verify failed for good.
@@ -351,11 +353,14 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
             return None
         card = EvidenceCard(diff, {env.artifact_id: rollout.version}, None, advantage, [task],
                             feedback=getattr(rollout.reward, "feedback", ""), proposal_kind=kind)
-        card.allocated = env.governor.candidate_worth(pre_spend_context(card, env.blast_radius))
+        worth = env.governor.candidate_worth(pre_spend_context(card, env.blast_radius))
+        # The spend floors alone (no allocator) cut only the optional spend, the self-verify;
+        # whether a candidate gets its held-out evaluation is an allocator's call to make.
+        card.allocated = worth or env.governor.allocator is None
         if not card.allocated:
             env.counters.add("not_allocated")
         if env.self_verify and kind == "model":
-            if card.allocated:
+            if worth:
                 patched = env.strategy.render(diff.apply(rollout.state))
                 _, verified = env.runner.solve_and_score(
                     patched, task, what=f"worker {rollout.worker_id} self-verify of task {task.id!r}",
