@@ -365,9 +365,10 @@ class EvidenceCard:
         cost_tokens: tokens spent producing the card.
         self_verified: the self-verify rollout actually ran (so ``before_after_delta`` is
             a measurement, not the 0.0 a skipped self-verify records).
-        allocated: the budget governor judged the candidate worth its optional spend
-            (its self-verify and its held-out evaluation); a candidate none of whose cards
-            is allocated is not evaluated, so not committed. Always True without a budget.
+        allocated: the budget's allocator judged the candidate worth its held-out evaluation
+            (and its self-verify); a candidate none of whose cards is allocated is not
+            evaluated, so not committed. Always True without a budget, and without an
+            allocator (the spend floors alone refuse only the self-verify).
         feedback: what the reward said about the prompting rollout (a
             `agentdescent.rewards.builtin.Score`'s feedback; '' for a float reward): it reached the
             proposal request, and a commit's metadata keeps it.

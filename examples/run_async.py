@@ -25,9 +25,10 @@ thread timing, so numbers vary from run to run; the claims at the end are checke
 this run only.
 
 With ``--stop-at-target`` every run stops at the target (``target_reward``), so the
-counters cover the learning phase only: after convergence every rollout succeeds, no
-card is produced, and the stall guard (which counts merger sweeps without a commit)
-keeps firing, which inflates ``forced refreshes`` in fixed-budget runs.
+counters cover the learning phase only. Without it, a run goes on after convergence; once
+the head's held-out reward is 1.0 the stall guard neither counts sweeps nor forces a
+resync (a worker behind a converged head resyncs as an ordinary resync), so ``forced
+refreshes`` count the learning phase in fixed-budget runs too.
 """
 
 from __future__ import annotations

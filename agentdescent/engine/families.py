@@ -284,7 +284,8 @@ class Schedule:
         max_pending: queued cards at which async workers wait for the merger (default
             ``2 * n_workers``).
         stall_sweeps: sweeps without a commit after which every async worker is forced to
-            resync (default ``max(3, n_workers)``).
+            resync (default ``max(3, n_workers)``); not once the head's held-out reward is
+            1.0, which no candidate can beat (sweeps then count toward no stall).
 
     Raises:
         InvalidArgument: a knob out of range (named).
