@@ -371,19 +371,28 @@ def head_problem(artifact_id: str, pointer_version: object, pointer_digest: obje
     return None
 
 
-def history_error(path: str, problems: list[str]) -> LedgerCorrupted:
-    """The error for a file that failed its history check on open: every problem, and the ways on."""
+def history_error(path: str, problems: list[str], *, schema: str | None = None) -> LedgerCorrupted:
+    """The error for a ledger that failed its history check on open: every problem, and the ways on.
+
+    ``path`` is a file, or a database's DSN (without its password) with the ``schema`` its
+    tables are in.
+    """
     shown = problems[:_MAX_LISTED_PROBLEMS]
     lines = "".join(f"\n  - {p}" for p in shown)
     if len(problems) > len(shown):
         lines += f"\n  - ... ({len(problems) - len(shown)} more)"
     count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+    if schema is None:
+        where, what = place(path), "file"
+        fresh, salvage = "open a new path", f"SqliteLedger({path!r}, check_history=False)"
+    else:
+        where, what = f"{place(path)} (schema {schema!r})", "database"
+        fresh, salvage = "give a new schema", "PostgresLedger(dsn, check_history=False)"
     return LedgerCorrupted(
-        f"ledger file {path!r} failed its history check on open ({count}):{lines}\n"
-        "The file was edited or damaged outside agentdescent; the ledger was not "
-        "modified. Restore the file from a backup, or open a new path to start a fresh "
-        f"run. To read the intact artifacts, open SqliteLedger({path!r}, "
-        "check_history=False); do not resume a run on it.",
+        f"{where} failed its history check on open ({count}):{lines}\n"
+        f"The {what} was edited or damaged outside agentdescent; the ledger was not "
+        f"modified. Restore the {what} from a backup, or {fresh} to start a fresh "
+        f"run. To read the intact artifacts, open {salvage}; do not resume a run on it.",
         path=path, problems=tuple(problems),
     )
 

@@ -16,66 +16,29 @@ import re
 import threading
 from typing import Any
 
-from ..errors import LedgerCorrupted, LedgerError, LedgerTooNew
+from ..errors import LedgerError, LedgerTooNew
 from .base import SCHEMA, SCHEMA_VERSION
-from .integrity import HistoryCheck, Pointer
+from .integrity import HistoryCheck, Pointer, history_error
+from .lease import _CREATE as _CREATE_LEASES
+from .lease import _CREATE_TAKEOVERS
+from .schema import _CREATE_SCHEMA, _MARKER
 
 __all__ = ["TABLES", "PgSchemaKeeper"]
 
 logger = logging.getLogger("agentdescent.ledger")
 
-# The same tables as a SQLite file's, in PostgreSQL's types: times and radii as double
-# precision (REAL is 4 bytes there: a heartbeat would lose its seconds), versions as bigint.
-TABLES = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS artifacts ("
-    " artifact_id TEXT PRIMARY KEY,"
-    " blast_radius DOUBLE PRECISION NOT NULL,"
-    " created_at DOUBLE PRECISION NOT NULL,"
-    " head_version BIGINT NOT NULL,"
-    " head_digest TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS versions ("
-    " artifact_id TEXT NOT NULL REFERENCES artifacts(artifact_id),"
-    " version BIGINT NOT NULL,"
-    " state_json TEXT NOT NULL,"
-    " meta_json TEXT NOT NULL,"
-    " created_at DOUBLE PRECISION NOT NULL,"
-    " parent_digest TEXT NOT NULL,"
-    " digest TEXT NOT NULL,"
-    " PRIMARY KEY (artifact_id, version))",
-    "CREATE TABLE IF NOT EXISTS run_state ("
-    " run_id TEXT PRIMARY KEY,"
-    " state_json TEXT NOT NULL,"
-    " updated_at DOUBLE PRECISION NOT NULL,"
-    " digest TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS run_rounds ("
-    " run_id TEXT NOT NULL,"
-    " idx BIGINT NOT NULL,"
-    " round_json TEXT NOT NULL,"
-    " digest TEXT NOT NULL,"
-    " PRIMARY KEY (run_id, idx))",
-    "CREATE TABLE IF NOT EXISTS leases ("
-    " artifact_id TEXT NOT NULL,"
-    " run_id TEXT NOT NULL,"
-    " holder TEXT NOT NULL,"
-    " host TEXT NOT NULL,"
-    " pid BIGINT NOT NULL,"
-    " acquired_at DOUBLE PRECISION NOT NULL,"
-    " heartbeat DOUBLE PRECISION NOT NULL,"
-    " PRIMARY KEY (artifact_id, run_id))",
-    "CREATE TABLE IF NOT EXISTS lease_takeovers ("
-    " artifact_id TEXT NOT NULL,"
-    " run_id TEXT NOT NULL,"
-    " holder TEXT NOT NULL,"
-    " taken_by TEXT NOT NULL,"
-    " host TEXT NOT NULL,"
-    " pid BIGINT NOT NULL,"
-    " taken_at DOUBLE PRECISION NOT NULL,"
-    " why TEXT NOT NULL,"
-    " PRIMARY KEY (artifact_id, run_id, holder))",
-)
+
+
+def _postgres_types(statement: str) -> str:
+    """A SQLite table's DDL in PostgreSQL's types: times and radii as double precision (REAL is 4
+    bytes there: a heartbeat would lose its seconds), integers (versions, pids) as bigint."""
+    return re.sub(r"\bINTEGER\b", "BIGINT", re.sub(r"\bREAL\b", "DOUBLE PRECISION", statement))
+
+
+#: The same tables as a SQLite file's (`agentdescent.ledger.schema`, `agentdescent.ledger.lease`),
+#: written from the same statements, so the two ledgers can never hold different shapes.
+TABLES = tuple(_postgres_types(statement) for statement in (*_CREATE_SCHEMA, _CREATE_LEASES, _CREATE_TAKEOVERS))
 _OURS = {"meta", "artifacts", "versions", "run_state", "run_rounds", "leases", "lease_takeovers"}
-_MARKER = re.compile(r"agentdescent-ledger/(\d+)")
 
 
 class PgSchemaKeeper:
@@ -158,14 +121,6 @@ class PgSchemaKeeper:
             conn.execute("ROLLBACK")
         problems = check.problems()
         if problems:
-            shown = "".join(f"\n  - {p}" for p in problems[:20])
-            if len(problems) > 20:
-                shown += f"\n  - ... ({len(problems) - 20} more)"
-            raise LedgerCorrupted(
-                f"ledger database {self._where!r} (schema {self._schema!r}) failed its history check on open "
-                f"({len(problems)} problem(s)):{shown}\nIts rows were edited outside agentdescent; the ledger was "
-                "not modified. Restore the database from a backup, or give a new schema to start a fresh run. To "
-                "read the intact artifacts, open PostgresLedger(dsn, check_history=False); do not resume a run "
-                "on it.", path=self._where, problems=tuple(problems))
+            raise history_error(self._where, problems, schema=self._schema)
         logger.debug("ledger %s: history checked, %d versions of %d artifacts", self._where, check.rows_seen,
                      len(check.registered))

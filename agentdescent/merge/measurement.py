@@ -243,23 +243,19 @@ class Measurer:
         scored at most once per version (the measured ones are reused); the calls count as
         evaluation (``final_tasks_scored`` counts the tasks).
         """
-        board = self.scoreboard
-        missing = [i for i in range(board.n_tasks) if board.score(artifact_id, version, i) is None]
-        if missing:
-            scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, missing)]
-            board.record(artifact_id, version, dict(zip(missing, scores)))
-            self.counters["final_tasks_scored"] += len(missing)
-        return board.estimate(artifact_id, version)
+        self._head_scores(artifact_id, version, state, range(self.scoreboard.n_tasks), counter="final_tasks_scored")
+        return self.scoreboard.estimate(artifact_id, version)
 
     def _head_scores(self, artifact_id: str, version: int, state: Mapping[str, str],
-                     indices: Sequence[int]) -> dict[int, float]:
-        """The head's scores on ``indices`` at this version: measured ones reused, the rest scored now."""
+                     indices: Sequence[int], *, counter: str = "head_tasks_scored") -> dict[int, float]:
+        """The head's scores on ``indices`` at this version: measured ones reused, the rest scored now
+        (and counted under ``counter``)."""
         board = self.scoreboard
         known = board.known_on(artifact_id, version, indices)
         missing = [i for i in dict.fromkeys(indices) if i not in known]
         if missing:
             scores = [float(x) for x in self.evaluator.held_out_subset(artifact_id, state, missing)]
-            self.counters["head_tasks_scored"] += len(missing)
+            self.counters[counter] += len(missing)
             fresh = dict(zip(missing, scores))
             board.record(artifact_id, version, fresh)
             known.update(fresh)
