@@ -28,10 +28,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LedgerCorrupted
-from .base import _MAX_LISTED_PROBLEMS, _parse_meta, _parse_state
+from .base import (
+    _MAX_LISTED_PROBLEMS,
+    _check_artifact_id,
+    _check_base_version,
+    _check_blast_radius,
+    _check_state,
+    _meta_json,
+    _parse_meta,
+    _parse_state,
+)
 from .dsn import is_dsn
 
-__all__ = ["HistoryCheck", "Pointer", "chain", "head_problem", "history_error", "place", "round_digest",
+__all__ = ["HistoryCheck", "Pointer", "chain", "commit_row", "head_problem", "history_error", "place", "registration_row", "round_digest",
            "run_state_digest", "run_state_problems", "saved_progress", "stored_text", "version_digest"]
 
 #: The parent digest of version 1: the chain starts at registration.
@@ -65,6 +74,35 @@ def _digest(person: bytes, parts: Iterable[object]) -> str:
 UNCOVERED = ""
 
 _RUN_PERSON = b"agentdescent-run"
+
+
+def registration_row(artifact_id: str, state: Mapping[str, str],
+                     blast_radius: float) -> tuple[dict[str, str], float, str, str]:
+    """What a persisted ledger stores for ``register``, checked: ``(state copy, radius, state JSON, digest)``.
+
+    Raises:
+        ContractError, TypeError: a bad id, state or blast radius (named).
+    """
+    _check_artifact_id(artifact_id, writing=True)
+    copy = _check_state(artifact_id, state)
+    radius = _check_blast_radius(artifact_id, blast_radius)
+    state_json = json.dumps(copy, sort_keys=True)
+    return copy, radius, state_json, version_digest(artifact_id, 1, ROOT_DIGEST, state_json, "{}")
+
+
+def commit_row(artifact_id: str, new_state: Mapping[str, str], base_version: int,
+               meta: Mapping[str, Any] | None) -> tuple[dict[str, str], int, str, str]:
+    """What a persisted ledger stores for ``commit``, checked: ``(state copy, base, state JSON, meta JSON)``.
+
+    ``meta`` is the audit record as it is stored (a leased driver's already signed).
+
+    Raises:
+        InvalidArgument, TypeError: a bad id, state, base version or ``meta`` (named).
+    """
+    _check_artifact_id(artifact_id, writing=True)
+    copy = _check_state(artifact_id, new_state, "new_state")
+    base = _check_base_version(artifact_id, base_version)
+    return copy, base, json.dumps(copy, sort_keys=True), _meta_json(artifact_id, meta)
 
 
 def run_state_digest(run_id: object, state_json: object) -> str:

@@ -46,16 +46,14 @@ from .base import (
     Ledger,
     LedgerEntry,
     _check_artifact_id,
-    _check_base_version,
-    _check_blast_radius,
-    _check_state,
-    _meta_json,
     _unknown,
     _warn_blast_radius_mismatch,
 )
 from .dsn import dsn_has_password, is_dsn, redact_dsn
 from .integrity import (
     ROOT_DIGEST,
+    commit_row,
+    registration_row,
     round_digest,
     row_error,
     run_state_digest,
@@ -256,11 +254,7 @@ class PostgresLedger(PgSchemaKeeper, PgConnectionKeeper, LeaseHolder, RowReader,
             ContractError: a bad id, state or blast radius (as `SqliteLedger.register`).
             LedgerError: the database cannot be written.
         """
-        _check_artifact_id(artifact_id, writing=True)
-        copy = _check_state(artifact_id, state)
-        radius = _check_blast_radius(artifact_id, blast_radius)
-        state_json = json.dumps(copy, sort_keys=True)
-        digest = version_digest(artifact_id, 1, ROOT_DIGEST, state_json, "{}")
+        copy, radius, state_json, digest = registration_row(artifact_id, state, blast_radius)
 
         def attempt() -> float | None:
             now = time.time()
@@ -336,12 +330,9 @@ class PostgresLedger(PgSchemaKeeper, PgConnectionKeeper, LeaseHolder, RowReader,
             LedgerUnavailable: the server stayed unreachable past ``retry_seconds``.
             InvalidArgument: a bad state or ``meta`` (as `SqliteLedger.commit`).
         """
-        _check_artifact_id(artifact_id, writing=True)
-        copy = _check_state(artifact_id, new_state, "new_state")
-        base = _check_base_version(artifact_id, base_version)
-        meta = self.sign(artifact_id, meta)
-        meta_json = _meta_json(artifact_id, meta)
-        state_json = json.dumps(copy, sort_keys=True)
+        # a leased driver signs its commits (a resume adopts its own)
+        copy, base, state_json, meta_json = commit_row(artifact_id, new_state, base_version,
+                                                       self.sign(artifact_id, meta))
         what = f"commit({artifact_id!r})"
         tries = 0
 

@@ -38,16 +38,14 @@ from .base import (
     Ledger,
     LedgerEntry,
     _check_artifact_id,
-    _check_base_version,
-    _check_blast_radius,
-    _check_state,
-    _meta_json,
     _unknown,
     _warn_blast_radius_mismatch,
 )
 from .connection import ConnectionKeeper
 from .integrity import (
     ROOT_DIGEST,
+    commit_row,
+    registration_row,
     round_digest,
     row_error,
     run_state_digest,
@@ -289,11 +287,7 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
             TypeError: a state key or value that is not a str.
             LedgerError: the file cannot be written.
         """
-        _check_artifact_id(artifact_id, writing=True)
-        copy = _check_state(artifact_id, state)
-        radius = _check_blast_radius(artifact_id, blast_radius)
-        state_json = json.dumps(copy, sort_keys=True)
-        digest = version_digest(artifact_id, 1, ROOT_DIGEST, state_json, "{}")
+        copy, radius, state_json, digest = registration_row(artifact_id, state, blast_radius)
         now = time.time()
         with self._write(f"register({artifact_id!r})") as conn:
             row = conn.execute(
@@ -376,12 +370,9 @@ class SqliteLedger(SchemaKeeper, LeaseHolder, ConnectionKeeper, RowReader, Ledge
                 or a state key or value a lone surrogate.
             TypeError: a bad state, base version or meta.
         """
-        _check_artifact_id(artifact_id, writing=True)
-        copy = _check_state(artifact_id, new_state, "new_state")
-        base = _check_base_version(artifact_id, base_version)
-        meta = self.sign(artifact_id, meta)  # a leased driver signs its commits (a resume adopts its own)
-        meta_json = _meta_json(artifact_id, meta)
-        state_json = json.dumps(copy, sort_keys=True)
+        # a leased driver signs its commits (a resume adopts its own)
+        copy, base, state_json, meta_json = commit_row(artifact_id, new_state, base_version,
+                                                       self.sign(artifact_id, meta))
         with self._write(f"commit({artifact_id!r})") as conn:
             self.check_lease(conn, artifact_id)  # a driver that lost its lease never commits
             head, head_digest, _ = self._head_row(conn, artifact_id, verify=True)
