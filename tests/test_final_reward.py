@@ -120,3 +120,34 @@ def test_a_round_names_a_change_of_mind_and_an_idle_walk() -> None:
     assert idle.final_reward == 0.0 and idle.committed == 0
     assert all(any(n.startswith("every training task is solved") for n in h.notes) for h in idle.history[1:])
     assert "no worker is ever shown those" in idle.explain()
+
+
+def test_an_estimate_never_meets_the_target_rule() -> None:
+    from agentdescent.budget.governor import BudgetGovernor
+    from agentdescent.clock import MonotonicClock
+    from agentdescent.engine.config import Limits
+    from agentdescent.engine.stopping import StopRules
+
+    rules = StopRules(Limits(target_reward=0.5), 2, BudgetGovernor(), MonotonicClock())
+    assert rules.after_merge(0.9, 2, measured=False) is None  # inherited scores: not a reason to stop
+    assert rules.after_merge(0.9, 2, measured=True) == "target_reward"
+
+
+@pytest.mark.parametrize("engine", ["sync", "async"])
+def test_a_run_stops_on_its_target_only_once_the_head_is_measured_in_full(engine: str) -> None:
+    kwargs = RouterDomain(seed=0, latency=0.0).evolve_kwargs()
+    if engine == "sync":
+        result = evolve(**kwargs, rounds=30, seed=0, target_reward=0.3)
+    else:
+        result = async_evolve(**kwargs, max_rollouts=200, seed=0, target_reward=0.3)
+    assert result.stop_reason == "target_reward"
+    last = result.history[-1]
+    assert last.measured_share == 1.0 and last.held_out_reward >= 0.3
+    # the round that stopped the run reports the head's full re-scoring
+    by_id = {t.id: t for t in kwargs["tasks"]}
+    held = [by_id[i] for i in result.held_out_samples["final"]["tasks"]]
+    rescored = sum(_score(kwargs["reward"](t, kwargs["run"](result.rendered, t))) for t in held) / len(held)
+    assert last.held_out_reward == pytest.approx(rescored, abs=1e-12)
+    # no earlier round had a measured reward at the target (the run would have stopped there)
+    assert not any(h.held_out_reward >= 0.3 and h.measured_share == 1.0 for h in result.history[:-1])
+    assert sum(h.tokens for h in result.history) == result.usage.total_tokens

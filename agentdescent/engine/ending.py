@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import RunFailed, RunTimeout
 from .answers import answer_distribution
+from .fullscore import measure_final
 from .result import AsyncStats, EvolutionResult
 from .runtime import RunEnv
 from .testset import Evaluation, paired_difference
@@ -46,7 +47,7 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     """Assemble the `EvolutionResult` from the ledger head (both runtimes end here).
 
     The final head is first scored on every held-out task it was not measured on
-    (`RunEnv.measure_final`; not after an error, nor when the starting evaluation never
+    (`agentdescent.engine.fullscore.measure_final`; not after an error, nor when the starting evaluation never
     succeeded), so the final reward is its measured held-out mean; with the budget spent
     it stays the estimate (``counters["final_reward_measured"]`` of
     ``counters["final_reward_inherited"]`` + measured say how much is measured), and NaN
@@ -60,7 +61,7 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     the starting) head's test replies give (`agentdescent.engine.answers`).
     """
     if error is None and env.last_reward is not None and stop_reason != "max_seconds":
-        env.measure_final()  # the final head on every held-out task it was not measured on: a measured reward
+        measure_final(env)  # the final head on every held-out task it was not measured on: a measured reward
     version, state = env.ledger.head(env.artifact_id)
     test, final_test = _test_report(env, state, error)  # its calls belong in the result's meter and counters
     if env.settle_by is not None:

@@ -45,6 +45,7 @@ from .counters import Counters
 from .demos import DemoChooser, PromptGuard
 from .evaluation import RolloutEvaluator
 from .executors import CallRunner, DaemonPool, check_travel, runs_in_process
+from .fullscore import confirm_target
 from .progress import ProgressStore, capture, restore
 from .recorder import RoundRecorder
 from .result import RoundInfo
@@ -203,25 +204,6 @@ class RunEnv:
                 self.initial_reward = self.last_reward
             return self.last_reward
 
-    def measure_final(self) -> None:
-        """Score the final head on every held-out task it was not measured on (once, as the run ends).
-
-        So ``result.final_reward`` is the final artifact's measured held-out mean, not partly
-        inherited from the versions before it (at most the held-out set once per run, counted
-        as evaluation, within the budget). A budget already spent leaves the estimate (the
-        result's ``final_reward_measured`` counter says how much of it is measured; the
-        budget's calls are refused, never overspent), and so does an evaluation that fails or
-        finds the run's clock out (``final_measure_failures``); a run stopped by its clock
-        (``max_seconds``) is not measured again past it (`finish` skips it).
-        """
-        if self.governor.over_budget():
-            self.counters.add("final_measure_skipped_budget")
-            return
-        try:
-            self.aggregator.measure_final(self.artifact_id)
-        except (BackendFailure, RunTimeout):  # a call failed, or the run's clock ran out: the estimate stands
-            self.counters.add("final_measure_failures")
-
     def merge(self) -> tuple[list[MergeReport], float]:
         """One aggregator step and the head's held-out reward.
 
@@ -298,6 +280,8 @@ class RunEnv:
                                             noise_before, self.aggregator.noise.state, self.aggregator.noise.stats(),
                                             self.cycle.stats(), held))
             self.save_progress(version)
+        if confirm_target(self, info):
+            self.save_progress(info.head_version)
         self.recorder.announce(info)
         return info
 

@@ -44,6 +44,7 @@ class Moment:
     admitted: int = 0
     projected_tokens: float = 0.0
     held_out_reward: float | None = None
+    measured: bool = True
     elapsed: float = 0.0
     since_best: int = 0
 
@@ -103,13 +104,18 @@ class TokenBudget(StopRule):
 
 @dataclass(frozen=True)
 class TargetReward(StopRule):
-    """The held-out reward reached ``target_reward``."""
+    """The held-out reward, measured on every held-out task, reached ``target_reward``.
+
+    An estimate (some tasks' scores inherited from earlier versions) never meets the target:
+    the runtime measures the head in full when an estimate reaches it
+    (`agentdescent.engine.runtime.RunEnv.confirm_target`).
+    """
 
     target: float | None
     reason: str = "target_reward"
 
     def after_merge(self, moment: Moment) -> bool:
-        return self.target is not None and moment.held_out_reward is not None and (
+        return self.target is not None and moment.held_out_reward is not None and moment.measured and (
             moment.held_out_reward >= self.target
         )
 
@@ -194,7 +200,7 @@ class StopRules:
         moment = Moment(admitted=admitted, projected_tokens=projected_tokens, elapsed=self.elapsed())
         return next((rule.reason for rule in self.admission if rule.before_admission(moment)), None)
 
-    def after_merge(self, held_out_reward: float, rollouts_merged: int) -> str | None:
+    def after_merge(self, held_out_reward: float, rollouts_merged: int, *, measured: bool = True) -> str | None:
         """The stop reason after a merge, or None to go on.
 
         Patience counts in rounds' worth of rollouts (``n_workers`` rollouts merged since
@@ -204,6 +210,8 @@ class StopRules:
         Args:
             held_out_reward: the head's held-out reward after the merge.
             rollouts_merged: rollouts whose results this merge took in.
+            measured: whether ``held_out_reward`` was measured on every held-out task (the
+                target rule reads only a measured reward).
         """
         if held_out_reward > self.best + 1e-12:
             self.best = held_out_reward
@@ -211,7 +219,8 @@ class StopRules:
         else:
             self.since_best += rollouts_merged
         self.governor.observe(held_out_reward)
-        moment = Moment(held_out_reward=held_out_reward, elapsed=self.elapsed(), since_best=self.since_best)
+        moment = Moment(held_out_reward=held_out_reward, measured=measured, elapsed=self.elapsed(),
+                        since_best=self.since_best)
         return next((rule.reason for rule in self.merge if rule.after_merge(moment)), None)
 
     def state_dict(self) -> dict[str, Any]:

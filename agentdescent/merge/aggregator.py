@@ -169,16 +169,18 @@ class Aggregator:
         version, state = self.ledger.head(artifact_id)
         return self.measurer.measure_head(artifact_id, version, state, sample)
 
-    def measure_final(self, artifact_id: str) -> HeadEstimate:
+    def measure_final(self, artifact_id: str, *, counter: str = "final_tasks_scored") -> HeadEstimate:
         """Score the current head on every held-out task it has no score for (`Measurer.measure_rest`).
 
         The engines call it once, as a run ends: the reported final reward is then measured on
         the whole held-out set, not an estimate. It reads the head from the ledger (a head
-        another driver committed is scored in full).
+        another driver committed is scored in full). They also call it when a round's estimate
+        reaches the run's ``target_reward`` (``counter="target_tasks_scored"``), so a target is
+        met on a measurement, never on inherited scores.
         """
         version, state = self.ledger.head(artifact_id)
         self._heads[artifact_id] = version
-        return self.measurer.measure_rest(artifact_id, version, state)
+        return self.measurer.measure_rest(artifact_id, version, state, counter=counter)
 
     def head_estimate(self, artifact_id: str) -> HeadEstimate:
         """The current head's held-out reward as far as it was measured (no spend).

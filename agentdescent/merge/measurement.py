@@ -235,15 +235,17 @@ class Measurer:
             self.counters["head_tasks_scored"] += len(missing)
         return board.estimate(artifact_id, version)
 
-    def measure_rest(self, artifact_id: str, version: int, state: Mapping[str, str]) -> HeadEstimate:
+    def measure_rest(self, artifact_id: str, version: int, state: Mapping[str, str], *,
+                     counter: str = "final_tasks_scored") -> HeadEstimate:
         """Score the head on every held-out task not measured on this version yet: then its estimate is exact.
 
         The engines call it once, as a run ends, so the result's reward is the final head's
         measured mean and not partly inherited from the versions before it. Each task is
         scored at most once per version (the measured ones are reused); the calls count as
-        evaluation (``final_tasks_scored`` counts the tasks).
+        evaluation (``counter`` counts the tasks: ``final_tasks_scored`` as the run ends,
+        ``target_tasks_scored`` when an estimate reached the run's target).
         """
-        self._head_scores(artifact_id, version, state, range(self.scoreboard.n_tasks), counter="final_tasks_scored")
+        self._head_scores(artifact_id, version, state, range(self.scoreboard.n_tasks), counter=counter)
         return self.scoreboard.estimate(artifact_id, version)
 
     def _head_scores(self, artifact_id: str, version: int, state: Mapping[str, str],
