@@ -449,7 +449,7 @@ def test_all_stale_is_reported_pooled_and_not_observed():
     stale = card({"ka": GOOD_A}, base=1)  # eta 2 > alpha 1 -> discard
     report = step_one(agg, stale)
     assert report.outcome is MergeOutcome.ALL_STALE
-    assert report.discarded_stale == 1
+    assert report.discarded_stale == 1 and report.reason.startswith("no diff survived: 1 stale (policy ")
     assert report.considered == 1
     assert report.p_improve is None
     assert alloc.calls == []
@@ -457,6 +457,18 @@ def test_all_stale_is_reported_pooled_and_not_observed():
     assert list(agg.evidence_pool) == [stale]
     assert agg.eta_histogram[2] == 1
     assert ledger.head(ART)[0] == 3
+
+
+def test_a_decision_whose_diffs_are_all_in_the_head_says_none_was_stale():
+    ledger, agg, ev, alloc = make()
+    _advance(ledger, 1)
+    _, state = ledger.head(ART)
+    key = next(iter(state))
+    report = step_one(agg, card({key: state[key]}, base=2))  # a no-op on the head: nothing new, not stale
+    assert report.outcome is MergeOutcome.ALL_STALE and report.discarded_stale == 0
+    assert report.reason == "nothing new to merge, none stale: 1 already in the head"
+    assert agg.counters["already_in_head"] == 1 and agg.counters["discarded_stale"] == 0
+    assert alloc.calls == [] and ev.held_out_calls == 0
 
 
 def test_l1_artifact_tolerates_more_staleness_than_l2():

@@ -71,6 +71,10 @@ def test_each_stage_where_a_run_can_lose_everything_is_named_with_its_fix():
 
     stale = likely_cause([_row(1, made=2, cards=2, rules=2, decisions=[{"outcome": "all-stale", "reason": "x"}])])
     assert "stale" in stale and "fewer workers" in stale
+    in_head = likely_cause([_row(1, made=2, cards=2, rules=2, decisions=[
+        {"outcome": "all-stale", "discarded_stale": 0, "reason": "nothing new to merge, none stale: 2 already in the head"}])])
+    assert "no card was stale: every proposed change was already in the head" in in_head
+    assert "fewer workers" not in in_head
 
 
 def test_without_the_agents_counts_the_cause_still_reads_the_cards():

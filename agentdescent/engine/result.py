@@ -107,7 +107,9 @@ class AsyncStats:
         discarded_stale: evidence cards the staleness policy dropped (their diffs built on
             a head too old; each a rollout whose proposal was wasted). Not the same as
             ``result.outcomes()["all-stale"]``, which counts merge *decisions* in which no
-            card survived the staleness filter: one such decision can drop several cards.
+            card survived the staleness filter: one such decision can drop several cards,
+            or none (every diff already in the head, ``counters["merge_already_in_head"]``:
+            its reason then reads "nothing new to merge, none stale").
         forced_refreshes: resyncs the stall guard forced.
         resyncs: snapshot refreshes in all (forced or because the head moved on).
         stragglers: the run's calls (and worker threads) still running when the call
@@ -210,7 +212,9 @@ class EvolutionResult:
 
         ``"all-stale"`` counts decisions in which no card survived the staleness filter,
         not the cards it dropped: those are ``sum(h.discarded_stale for h in history)``
-        (and ``async_stats.discarded_stale`` in an async run).
+        (and ``async_stats.discarded_stale`` in an async run). A decision whose diffs were
+        all already in the head (or vetoed) ends ``"all-stale"`` too, with none stale: its
+        reason says so, and ``counters["merge_already_in_head"]`` counts those diffs.
         """
         counts = {o.value: 0 for o in MergeOutcome}
         for info in self.history:

@@ -58,7 +58,7 @@ def decision_facts(report: MergeReport) -> dict[str, Any]:
     """One merge decision's facts, JSON-ready: its artifact, outcome and reason, and the paired test's numbers."""
     return {
         "artifact_id": report.artifact_id, "outcome": report.outcome.value, "reason": report.reason,
-        "fused": report.fused, "considered": report.considered,
+        "fused": report.fused, "considered": report.considered, "discarded_stale": report.discarded_stale,
         "committed_version": report.committed_version, "feedback": list(report.feedback),
         "evidence": dict(report.evidence) if report.evidence is not None else None,
     }
@@ -227,9 +227,13 @@ def likely_cause(records: Sequence[Mapping[str, Any]]) -> str | None:
     elif skipped:
         stage = f"{len(skipped)} candidate(s) not evaluated because the budget ran short"
         fixes.append("raise --max-tokens")
-    elif stale:
+    elif stale and any(d.get("discarded_stale") is None or _n(d.get("discarded_stale")) for d in stale):
         stage = "every card was stale by the time it was merged"
         fixes.append("fewer workers, or the sync runtime")
+    elif stale:  # "all-stale" by outcome, none stale: every diff was already in the head
+        stage = "no card was stale: every proposed change was already in the head"
+        fixes.append("the proposer repeats what the artifact holds: show it the failing tasks' feedback, or a "
+                     "stronger proposer")
     else:
         stage = _text(decisions[-1].get("reason") or "no decision committed", 300)
     return f"{head}: {summary}; {stage}" + (f". What to change: {'; '.join(fixes)}" if fixes else "")

@@ -370,6 +370,7 @@ class Aggregator:
         self.counters["discarded_stale"] += report.discarded_stale
         self.counters["rebased"] += intake.rebased
         self.counters["rebase_rejected"] += intake.rebase_rejected
+        self.counters["already_in_head"] += intake.already_in_head
         self.eta_histogram.update(intake.etas)
         returned = self.pool.settle(intake.drawn, (*intake.pooled, *intake.set_aside),
                                     rejected=intake.rejected, stale=intake.stale, head_version=intake.head_version)

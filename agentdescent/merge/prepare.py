@@ -47,7 +47,7 @@ class HeadSnapshot:
 class Intake:
     """What one decision will book once it has ended (see ``Aggregator._settle``).
 
-    ``etas``, ``rebased``, ``rebase_rejected``, ``set_aside`` and ``discarded_stale`` (on
+    ``etas``, ``rebased``, ``rebase_rejected``, ``already_in_head``, ``set_aside`` and ``discarded_stale`` (on
     the report) describe the step's new cards only; what happened to the cards drawn from
     the pool is booked under the ``pool_*`` counters, so every worker card is counted once.
     """
@@ -56,6 +56,7 @@ class Intake:
     etas: list[int] = field(default_factory=list)
     rebased: int = 0
     rebase_rejected: int = 0
+    already_in_head: int = 0  # new cards whose diff the head already holds (no-ops, not stale)
     pooled: list[EvidenceCard] = field(default_factory=list)
     set_aside: list[EvidenceCard] = field(default_factory=list)
     rejected: list[EvidenceCard] = field(default_factory=list)  # failed the rebase check
@@ -163,11 +164,9 @@ class Preparer:
         retried_note = f"{len(intake.drawn)} re-tried from the pool" if intake.drawn else ""
         if not survivors:
             return MergeReport(
-                artifact_id, MergeOutcome.ALL_STALE, considered=considered,
-                discarded_stale=discarded,
-                reason=f"no diff survived: {discarded} stale, {already} already in the head, "
-                f"{oversized} oversized" + (f", {vetoed} vetoed (commit_veto)" if vetoed else "")
-                + f" (policy {self.parts.staleness_policy.name}, alpha={alpha})"
+                artifact_id, MergeOutcome.ALL_STALE, considered=considered, discarded_stale=discarded,
+                reason=_nothing_survived(discarded, already, oversized, vetoed,
+                                         f"policy {self.parts.staleness_policy.name}, alpha={alpha}")
                 + (f"; {retried_note}, none survived again" if retried_note else ""),
             )
         notes = ([f"{oversized} oversized"] if oversized else []) + ([retried_note] if retried_note else [])
@@ -219,6 +218,7 @@ class Preparer:
                 continue
             if card.diff.is_noop(head.state):
                 already += 1
+                intake.already_in_head += not retried
                 continue
             if action is StaleAction.REBASE:
                 intake.rebased += not retried
@@ -346,6 +346,19 @@ class Preparer:
             if committed is None or relevance.affects_any(committed[0], committed[1], card.trajectory_refs):
                 return False
         return True
+
+
+def _nothing_survived(stale: int, already: int, oversized: int, vetoed: int, policy: str) -> str:
+    """Why no card of a decision survived, naming only what happened (an ``"all-stale"`` report's reason).
+
+    A decision whose cards were all already in the head (or oversized, or vetoed) is an
+    ``"all-stale"`` decision by its outcome, but its reason says that none was stale.
+    """
+    parts = [f"{n} {what}" for n, what in ((stale, "stale"), (already, "already in the head"),
+                                          (oversized, "oversized"), (vetoed, "vetoed (commit_veto)")) if n]
+    if stale:
+        return f"no diff survived: {', '.join(parts)} ({policy})"
+    return f"nothing new to merge, none stale: {', '.join(parts) or 'no diff'}"
 
 
 def _no_cheap_score(diff: Diff) -> float:
