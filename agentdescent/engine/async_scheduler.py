@@ -189,11 +189,13 @@ class AsyncScheduler:
                     card = card_step(env, rollout)
                 except BackendFailure:
                     pass  # counted by the failure rule; the run goes on without this step
-                except BaseException as exc:  # RunFailed or a contract error: end the run with it
+                except BaseException as exc:  # RunFailed, a contract error, or the stop: end the run with it
                     with self.cond:
                         if self.fatal is None:
                             self.fatal = exc
                         self.cond.notify_all()
+                    if rollout is not None:  # a finished rollout is counted as merged or dropped, never lost
+                        self.deliver(_Item(w, rollout, None))
                     return
                 self.deliver(_Item(w, rollout, card))
         finally:
@@ -239,8 +241,13 @@ class AsyncScheduler:
                 raise self.fatal
             if items:
                 cards = [i.card for i in items if i.card is not None]
+                rollouts = sum(i.rollout is not None for i in items)
                 try:
-                    info = env.merge_and_record(rollouts=sum(i.rollout is not None for i in items), cards=cards)
+                    info = env.merge_and_record(rollouts=rollouts, cards=cards)
+                except BaseException:
+                    with self.cond:  # the stop cut this sweep off: its rollouts are in no recorded sweep
+                        self.stats.late_results_dropped += rollouts
+                    raise
                 finally:
                     self.settle(len(items))
                 with self.cond:

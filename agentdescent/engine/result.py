@@ -116,7 +116,10 @@ class AsyncStats:
             returned: on the wire, or in a callable of yours. None of them makes another
             attempt; their results are dropped. The same count is
             ``result.counters["stragglers"]``, in both runtimes.
-        late_results_dropped: finished rollouts that arrived after the stop.
+        late_results_dropped: finished rollouts the stop left unmerged: arrived after it,
+            queued at it, in a sweep it cut off, or in a worker step it ended. With the
+            sweeps' rollouts they add up to every rollout the run counts:
+            ``result.rollouts == sum(h.rollouts for h in history) + late_results_dropped``.
         pacing_waits: times admission pacing held a worker.
         backpressure_waits: times a full queue held a worker.
     """
