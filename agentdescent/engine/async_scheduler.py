@@ -241,12 +241,13 @@ class AsyncScheduler:
                 raise self.fatal
             if items:
                 cards = [i.card for i in items if i.card is not None]
-                rollouts = sum(i.rollout is not None for i in items)
+                rollouts, recorded = sum(i.rollout is not None for i in items), len(env.history)
                 try:
                     info = env.merge_and_record(rollouts=rollouts, cards=cards)
                 except BaseException:
-                    with self.cond:  # the stop cut this sweep off: its rollouts are in no recorded sweep
-                        self.stats.late_results_dropped += rollouts
+                    if len(env.history) == recorded:  # the stop cut this sweep off before its record
+                        with self.cond:
+                            self.stats.late_results_dropped += rollouts
                     raise
                 finally:
                     self.settle(len(items))
