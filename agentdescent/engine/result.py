@@ -119,7 +119,9 @@ class AsyncStats:
         late_results_dropped: finished rollouts the stop left unmerged: arrived after it,
             queued at it, in a sweep it cut off, or in a worker step it ended. With the
             sweeps' rollouts they add up to every rollout the run counts:
-            ``result.rollouts == sum(h.rollouts for h in history) + late_results_dropped``.
+            ``result.rollouts == sum(h.rollouts for h in history) + late_results_dropped``
+            (after a resume, plus ``counters["rollouts_cut_off"]``: the rollouts a stopped
+            process finished and never merged, in flight at its last save).
         pacing_waits: times admission pacing held a worker.
         backpressure_waits: times a full queue held a worker.
     """
