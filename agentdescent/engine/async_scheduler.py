@@ -261,8 +261,7 @@ class AsyncScheduler:
                         self.force = [True] * self.n_workers
                     sweeps_without_commit = 0
                     logger.info("stall guard: %d sweeps without a commit; forcing resyncs", self.stall_sweeps)
-                reason = env.stops.after_merge(info.held_out_reward, info.rollouts,
-                                             measured=info.measured_share in (None, 1.0))
+                reason = env.stops.after_merge(info.held_out_reward, info.rollouts, measured=info.measured)
                 if reason is not None:
                     return reason
             elif env.stops.out_of_time():

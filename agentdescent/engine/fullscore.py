@@ -29,13 +29,8 @@ def measure_final(env: Any) -> None:
     a run stopped by its clock (``max_seconds``) is not measured again past it
     (`agentdescent.engine.ending.finish` skips it).
     """
-    if env.governor.over_budget():
-        env.counters.add("final_measure_skipped_budget")
-        return
-    try:
-        env.aggregator.measure_final(env.artifact_id)
-    except (BackendFailure, RunTimeout):  # a call failed, or the run's clock ran out: the estimate stands
-        env.counters.add("final_measure_failures")
+    _measure_in_full(env, "final_tasks_scored", skipped="final_measure_skipped_budget",
+                     failed="final_measure_failures")
 
 
 def confirm_target(env: Any, info: RoundInfo) -> bool:
@@ -49,18 +44,30 @@ def confirm_target(env: Any, info: RoundInfo) -> bool:
     (``target_check_failures``) leaves the estimate, which never meets the target.
     """
     target = env.stops.limits.target_reward
-    if target is None or info.held_out_reward < target or info.measured_share in (None, 1.0):
+    if target is None or info.held_out_reward < target or info.measured:
         return False
-    if env.governor.over_budget():
-        env.counters.add("target_checks_skipped_budget")
-        return False
-    try:
-        estimate = env.aggregator.measure_final(env.artifact_id, counter="target_tasks_scored")
-    except (BackendFailure, RunTimeout):
-        env.counters.add("target_check_failures")
+    estimate = _measure_in_full(env, "target_tasks_scored", skipped="target_checks_skipped_budget",
+                                failed="target_check_failures")
+    if estimate is None:
         return False
     env.counters.add("target_checks")
     info.held_out_reward = env.last_reward = estimate.reward
     info.measured_share = estimate.measured / estimate.tasks if estimate.tasks else None
     env.recorder.settle_tokens()
     return True
+
+
+def _measure_in_full(env: Any, counter: str, *, skipped: str, failed: str) -> Any:
+    """The head scored on every held-out task (a `agentdescent.merge.scoreboard.HeadEstimate`), or None.
+
+    None, counted under ``skipped``, when the budget is spent; None, counted under
+    ``failed``, when a call failed or the run's clock ran out (the estimate stands).
+    """
+    if env.governor.over_budget():
+        env.counters.add(skipped)
+        return None
+    try:
+        return env.aggregator.measure_final(env.artifact_id, counter=counter)
+    except (BackendFailure, RunTimeout):
+        env.counters.add(failed)
+        return None

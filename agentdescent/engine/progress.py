@@ -374,8 +374,8 @@ def restore(run: RunParts, saved: SavedProgress, tasks: Mapping[str, Any], head_
     run.counters.update(state.get("counters", {}))
     # Rollouts the stopped process finished and never merged (in flight at its last save) are
     # in its counters but in no saved round: count them as cut off, so the totals add up.
-    cut_off = run.counters.get("rollouts") - sum(r.rollouts for r in saved.rounds) - sum(
-        run.counters.get(k) for k in ("late_results_dropped", "rollouts_cut_off"))
+    cut_off = (run.counters.get("rollouts") - sum(r.rollouts for r in saved.rounds)
+               - run.counters.get("rollouts_cut_off"))  # those of an earlier resume are counted already
     if cut_off > 0:
         run.counters.add("rollouts_cut_off", cut_off)
     run.aggregator.counters.update(state.get("merge_counters", {}))

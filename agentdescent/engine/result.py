@@ -79,6 +79,11 @@ class RoundInfo:
     measured_share: float | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def measured(self) -> bool:
+        """Whether ``held_out_reward`` is a measurement (``measured_share`` 1.0, or not known), not an estimate."""
+        return self.measured_share in (None, 1.0)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         data = {k: getattr(self, k) for k in (

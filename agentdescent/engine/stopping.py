@@ -108,7 +108,7 @@ class TargetReward(StopRule):
 
     An estimate (some tasks' scores inherited from earlier versions) never meets the target:
     the runtime measures the head in full when an estimate reaches it
-    (`agentdescent.engine.runtime.RunEnv.confirm_target`).
+    (`agentdescent.engine.fullscore.confirm_target`).
     """
 
     target: float | None

@@ -47,8 +47,7 @@ def run_rounds(env: RunEnv) -> str:
         rollouts = [r for r in env.runner.map(do_rollout, jobs) if isinstance(r, Rollout)]
         cards = [c for c in env.runner.map(lambda r: card_step(env, r), rollouts) if isinstance(c, EvidenceCard)]
         info = env.merge_and_record(rollouts=len(rollouts), cards=cards)
-        reason = env.stops.after_merge(info.held_out_reward, info.rollouts,
-                                         measured=info.measured_share in (None, 1.0))
+        reason = env.stops.after_merge(info.held_out_reward, info.rollouts, measured=info.measured)
         if reason is None and env.stops.rollouts_left(admitted) == 0:
             reason = "max_rollouts"
         if reason is not None:

@@ -358,7 +358,7 @@ def _nothing_survived(stale: int, already: int, oversized: int, vetoed: int, pol
                                           (oversized, "oversized"), (vetoed, "vetoed (commit_veto)")) if n]
     if stale:
         return f"no diff survived: {', '.join(parts)} ({policy})"
-    return f"nothing new to merge, none stale: {', '.join(parts) or 'no diff'}"
+    return f"nothing new to merge, none stale: {', '.join(parts)}"
 
 
 def _no_cheap_score(diff: Diff) -> float:
