@@ -3,7 +3,8 @@
 This module owns plain values, their JSON round trips, and the two helpers every value
 passes through: `stable_hash` (the process-independent hash behind every partition, seed
 and content address) and `sanitize_text` (text that encodes as UTF-8). It must not import
-any module of the package but `agentdescent.errors` and `agentdescent.validation`, hold
+any module of the package but `agentdescent.errors`, `agentdescent.validation` and
+`agentdescent.fate` (the card fates a report carries), hold
 state, or do I/O: everything here is safe to build in any thread and to serialise as JSON.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import EditRefused, InvalidArgument, InvalidArgumentType
+from .fate import CardFate
 from .textedits import apply_edits
 
 __all__ = [
@@ -456,6 +458,9 @@ class MergeReport:
         trajectory: the tasks the candidate's cards were proposed from (its contributors'
             trajectories, in order) when it was measured; what the task walk presumes a
             commit solved. Not written by `to_json`.
+        fates: the fate of every card that entered the decision (`agentdescent.fate.CardFate`),
+            each recorded by the step that ended it; ``considered`` of them. Empty in a
+            report saved before fates were kept.
     """
 
     artifact_id: str
@@ -472,6 +477,7 @@ class MergeReport:
     evidence: dict[str, Any] | None = None
     #: the tasks behind a committed candidate (its contributors' trajectories; not saved)
     trajectory: tuple[Task, ...] = field(default=(), compare=False, repr=False)
+    fates: list[CardFate] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of the report (the candidate under ``"candidate"``, committed or not)."""
@@ -488,6 +494,7 @@ class MergeReport:
             "reason": self.reason,
             "feedback": list(self.feedback),
             "evidence": dict(self.evidence) if self.evidence is not None else None,
+            "fates": [f.to_json() for f in self.fates],
         }
 
     @classmethod
@@ -507,4 +514,5 @@ class MergeReport:
             reason=data.get("reason", ""),
             feedback=[str(f) for f in data.get("feedback", [])],
             evidence=dict(data["evidence"]) if data.get("evidence") else None,
+            fates=[CardFate.from_json(f) for f in data.get("fates", [])],
         )

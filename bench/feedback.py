@@ -109,8 +109,10 @@ class LoggingAgent(LLMAgent):
         self.log_lock = threading.Lock()
         self.proposal_log: list[dict[str, Any]] = []
 
-    def propose(self, rendered: str, task: Task, output: str, reward: float) -> str | None:
-        rule = super().propose(rendered, task, output, reward)
+    def explain_proposal(self, rendered: str, task: Task, output: str, reward: float, *,
+                         failures: Any = ()) -> Any:
+        parsed = super().explain_proposal(rendered, task, output, reward, failures=failures)
+        rule = parsed.text
         answer = str(task.meta.get("answer", ""))
         with self.log_lock:
             self.proposal_log.append({
@@ -118,7 +120,7 @@ class LoggingAgent(LLMAgent):
                 "names_answer": bool(rule and answer and re.search(rf"(?<!\w){re.escape(answer)}(?!\w)",
                                                                     rule, re.IGNORECASE)),
             })
-        return rule
+        return parsed
 
 
 def reachable(base_url: str, timeout: float = 3.0) -> str | None:

@@ -24,7 +24,7 @@ MAX_LINES = 600
 #: The runtime is wiring only.
 MAX_RUNTIME_LINES = 500
 #: The ground floor: the modules every layer uses, at the package's top level.
-GROUND = {"errors", "validation", "seams", "clock", "failures", "textedits", "types", "messages",
+GROUND = {"errors", "validation", "seams", "clock", "failures", "textedits", "fate", "types", "messages",
           "tokens", "usage", "model", "processes", "fewshot"}
 PRIVATE = {"_http", "_version"}
 

@@ -16,7 +16,7 @@ from agentdescent.engine.result import RoundInfo
 from agentdescent.testing import FakeProvider
 from agentdescent.types import Diff, MergeOutcome, MergeReport
 
-from .toy import toy_propose, toy_reward, toy_tasks
+from .toy import never_propose, toy_propose, toy_reward, toy_tasks
 
 
 def _row(index: int, *, made: int = 0, cards: int = 0, rules: int | None = None, declined: int = 0,
@@ -157,11 +157,17 @@ def test_a_run_records_its_proposals_refusals_evidence_and_per_task_samples():
     assert json.loads(json.dumps(row)) == row and row["decisions"][0]["evidence"] == committed[0].evidence
 
 
-def test_a_callable_proposer_has_counts_without_the_agents_breakdown():
+def test_a_callable_proposer_has_counts_from_the_fates_without_refusal_kinds():
     result = evolve(toy_tasks(), toy_reward, run=lambda rendered, task: task.prompt, propose=toy_propose,
                     rounds=2, n_workers=2, seed=0)
     info: RoundInfo = result.history[0]
-    assert set(info.proposals) == {"made", "cards"} and info.proposals["made"] >= info.proposals["cards"]
+    assert info.proposals["made"] == info.proposals["rules"] == info.proposals["cards"] > 0
+    assert info.proposals["refused"] == {} and info.proposals["declined"] == 0 and not info.refusals
+    quiet = evolve(toy_tasks(), toy_reward, run=lambda rendered, task: task.prompt, propose=never_propose,
+                   rounds=1, n_workers=2, seed=0)
+    first = quiet.history[0]
+    assert first.proposals["declined"] == first.proposals["made"] == len(first.refusals) > 0
+    assert {f.kind.value for f in first.refusals} == {"declined"} and quiet.fates()["declined"] == len(first.refusals)
 
 
 def test_a_rounds_reward_that_is_an_estimate_says_so() -> None:

@@ -49,6 +49,7 @@ from ..types import sanitize_text
 from ..usage import Usage
 from ..validation import check_int, check_seconds
 from .llm import LLMAgent
+from .proposals import ParsedProposal
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "TEMPFAIL_EXIT", "CommandAgent", "CommandProvider"]
 
@@ -491,7 +492,8 @@ class CommandAgent(LLMAgent):
         with self._scope(rendered):
             return super().solve(rendered, task)
 
-    def propose(self, rendered: str, task: Any, output: str, reward: float) -> str | None:
-        """`LLMAgent.propose`, the program run in a copy of the tree when ``tree`` is given."""
+    def explain_proposal(self, rendered: str, task: Any, output: str, reward: float, *,
+                         failures: Any = ()) -> ParsedProposal:
+        """`LLMAgent.explain_proposal` (and so `LLMAgent.propose`), the program run in a copy of the tree when ``tree`` is given."""
         with self._scope(rendered):
-            return super().propose(rendered, task, output, reward)
+            return super().explain_proposal(rendered, task, output, reward, failures=failures)

@@ -14,6 +14,7 @@ meters are `agentdescent.usage`'s (both re-exported here under the public
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -493,6 +494,22 @@ class LLMAgent(Agent):
         Raises:
             ProviderError: the provider failed (after its own retries).
         """
+        return self.explain_proposal(rendered, task, output, reward, failures=failures).text
+
+    def explain_proposal(self, rendered: str, task: Task, output: str, reward: float, *,
+                         failures: Sequence[tuple[Task, str, float]] = ()) -> ParsedProposal:
+        """`propose`, with what became of the reply: its kind and, for a refused one, the reply cut short.
+
+        The engines call this when the agent has it, so each proposal that returns no change
+        is recorded with why (`agentdescent.fate.CardFate` of kind ``refused`` or
+        ``declined``). Counted in `stats` as `propose` is.
+
+        Returns:
+            A `agentdescent.agents.proposals.ParsedProposal`: ``text`` is what `propose` returns.
+
+        Raises:
+            ProviderError: the provider failed (after its own retries).
+        """
         instructions, pairs = split_demonstrations(rendered)
         blank = is_blank_artifact(instructions)
         feedback = feedback_of(reward)
@@ -520,7 +537,8 @@ class LLMAgent(Agent):
                 self._stats["cleaned"] += 1
             if parsed.kind in REFUSAL_KINDS:
                 text = " ".join(str(reply.text or "").split())
-                self._examples[parsed.kind] = text if len(text) <= 200 else text[:197] + "..."
+                parsed = dataclasses.replace(parsed, example=text if len(text) <= 200 else text[:197] + "...")
+                self._examples[parsed.kind] = parsed.example
             n = self._stats["rules" if parsed.kind == "rule" else parsed.kind]
         if parsed.kind in ("empty", "truncated") and _is_power_of_ten(n):
             what = "empty" if parsed.kind == "empty" else "cut off by the per-call limit"
@@ -533,7 +551,7 @@ class LLMAgent(Agent):
             )
         elif parsed.kind != "rule":
             log.debug("LLMAgent: proposal refused (%s): %.120r", parsed.kind, reply.text)
-        return parsed.text
+        return parsed
 
     def _parse(self, reply: Completion, artifact: str, shown: Sequence[tuple[Task, str]]) -> ParsedProposal:
         """`parse_proposal` of ``reply``, echoing any shown task or answer counted as ``echoed``.

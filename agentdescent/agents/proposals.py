@@ -136,11 +136,14 @@ class ParsedProposal:
             of `REFUSAL_KINDS`.
         cleaned: True when ``text`` differs from the stripped reply (headings, labels,
             quotes, list markers, meta-commentary or extra items were removed).
+        example: for a refused reply, the reply itself on one line, cut short (what
+            `agentdescent.LLMAgent.explain_proposal` hands the run's card fates); else "".
     """
 
     text: str | None
     kind: str
     cleaned: bool = False
+    example: str = ""
 
 
 def _artifact_lines(artifact: str) -> tuple[set[str], str]:

@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import BackendFailure
+from ..fate import count_fates
 from ..merge.staleness import StaleAction
 from ..types import EvidenceCard
 from .ending import finish
@@ -323,7 +324,7 @@ class AsyncScheduler:
             stats = self.stats
             stats.sweeps = len(env.history)
             stats.admitted = self.admitted
-            stats.discarded_stale = sum(h.discarded_stale for h in env.history)
+            stats.discarded_stale = sum(count_fates(h.fates)["stale"] for h in env.history)  # first fates only
             extra = {
                 "sweeps": stats.sweeps,
                 "late_results_dropped": stats.late_results_dropped,

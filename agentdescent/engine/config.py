@@ -308,6 +308,27 @@ class RunConfig:
         """The run's ``propose(rendered, task, output, reward)``: the agent's, or ``propose``."""
         return self.agent.propose if self.agent is not None else self.propose  # type: ignore[return-value]
 
+    @property
+    def explain_fn(self) -> Callable[..., Any] | None:
+        """The agent's ``explain_proposal`` (`agentdescent.LLMAgent.explain_proposal`), or None.
+
+        With it a worker learns why a proposal came back as no change (the model's NONE, or a
+        refused reply and its kind), recorded as the proposal's `agentdescent.fate.CardFate`.
+        An agent whose class overrides ``propose`` below the class that defines
+        ``explain_proposal`` (a subclass that logs or rewrites proposals) is asked through
+        ``propose``, so its override runs.
+        """
+        agent = unwrap(self.agent) if self.agent is not None else None
+        explain = getattr(agent, "explain_proposal", None)
+        if not callable(explain):
+            return None
+        mro = type(agent).__mro__
+        owner = {name: next((c for c in mro if name in vars(c)), None) for name in ("propose", "explain_proposal")}
+        if owner["propose"] is not None and owner["explain_proposal"] is not None and not issubclass(
+                owner["explain_proposal"], owner["propose"]):
+            return None
+        return explain
+
     def travelling(self) -> list[tuple[str, Any]]:
         """The callables a remote executor must receive, by argument name."""
         named = ([("agent", unwrap(self.agent))] if self.agent is not None else [("propose", self.propose)])

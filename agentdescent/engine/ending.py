@@ -73,6 +73,7 @@ def finish(env: RunEnv, *, stop_reason: str, error: str | None, forced_refreshes
     final = math.nan if env.last_reward is None and estimate.measured == 0 else estimate.reward
     usage = env.usage.copy()
     env.recorder.settle_tokens()
+    env.recorder.settle_refusals()
     if env.history:
         env.save_progress()
     counters: dict[str, Any] = dict(env.counters.as_dict())

@@ -1,8 +1,11 @@
 """Each merge of a run as one `agentdescent.engine.result.RoundInfo`: `RoundRecorder`.
 
 This module owns what a round is measured from (the run meter's total, the backend
-failures, the agent's reply counts and the clock at the previous round's end), the run's
-history of rounds, ``on_round`` and the progress bar. Both schedulers record through it
+failures, the proposal calls and the clock at the previous round's end), the run's
+history of rounds, ``on_round`` and the progress bar. What became of the round's
+proposals (`RoundInfo.proposals`) is counted from its card fates (`agentdescent.fate`):
+the reports' and those of the proposals the workers refused, drained from the run's
+`agentdescent.fate.FateLog`. Both schedulers record through it
 (by way of `agentdescent.engine.runtime.RunEnv.merge_and_record`). It must not merge,
 commit, save progress or call a model.
 """
@@ -13,15 +16,15 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..agents.proposals import REFUSAL_KINDS
 from ..budget.governor import BudgetGovernor
 from ..clock import Clock
+from ..fate import CardFate, FateKind, FateLog
 from ..types import MergeOutcome, MergeReport
 from ..usage import Usage
 from .counters import Counters
 from .result import RoundInfo
 
-__all__ = ["RoundRecorder", "summarize"]
+__all__ = ["RoundRecorder", "proposal_summary", "summarize"]
 
 logger = logging.getLogger("agentdescent.runtime")
 
@@ -39,15 +42,15 @@ class RoundRecorder:
         on_round: the user's callback, or None.
         unit: ``"round"`` or ``"sweep"``, for logs and the bar.
         history: the rounds of a resumed run.
-        agent: the run's agent; when it counts its replies (``stats()``, as
-            `agentdescent.LLMAgent`), each round's `RoundInfo.proposals` says what became
-            of them.
         clock: the run's clock (each round's ``elapsed``).
+        refusals: the log the workers record refused and declined proposals in (each
+            round takes what was recorded since the last).
     """
 
     def __init__(self, usage: Usage, counters: Counters, governor: BudgetGovernor,
                  on_round: Callable[[RoundInfo], None] | None, unit: str = "round",
-                 history: Sequence[RoundInfo] = (), agent: Any = None, clock: Clock | None = None) -> None:
+                 history: Sequence[RoundInfo] = (), clock: Clock | None = None,
+                 refusals: FateLog | None = None) -> None:
         self.usage = usage
         self.counters = counters
         self.governor = governor
@@ -62,11 +65,8 @@ class RoundRecorder:
         self._bar_rollouts = False
         self.clock = clock
         self._time_mark = clock.now() if clock is not None else 0.0
-        stats = getattr(agent, "stats", None)
-        self._agent_stats = stats if callable(stats) else None
-        examples = getattr(agent, "refusal_examples", None)
-        self._agent_examples = examples if callable(examples) else None
-        self._proposal_mark = self._proposal_counts()
+        self.refusals = refusals if refusals is not None else FateLog()
+        self._proposal_mark = self.counters.get("proposals")
 
     def rebase(self) -> None:
         """Count from where the run stands now: a resumed run restores its counters and meter after the
@@ -74,34 +74,13 @@ class RoundRecorder:
         self._tokens_mark = self.usage.total_tokens
         self._spent_mark = self.governor.spent
         self._failures_mark = self.counters.get("backend_failures")
-        self._proposal_mark = self._proposal_counts()
+        self._proposal_mark = self.counters.get("proposals")
 
-    def _proposal_counts(self) -> dict[str, int]:
-        counts = {"made": self.counters.get("proposals"), "cards": self.counters.get("cards"),
-                  "edits_refused": self.counters.get("edits_refused")}
-        counts.update({k: v for k, v in self.counters.as_dict().items()
-                       if k.startswith("edits_refused_") and isinstance(v, int)})
-        if self._agent_stats is not None:
-            counts.update({f"agent_{k}": int(v) for k, v in self._agent_stats().items() if isinstance(v, int)})
-        return counts
-
-    def _proposals(self) -> dict[str, Any] | None:
-        """What became of the proposals since the last round (`RoundInfo.proposals`)."""
-        now = self._proposal_counts()
-        delta = {k: v - self._proposal_mark.get(k, 0) for k, v in now.items()}
-        self._proposal_mark = now
-        out: dict[str, Any] = {"made": delta["made"], "cards": delta["cards"]}
-        if delta["edits_refused"]:
-            out["edits_refused"] = delta["edits_refused"]  # edits that did not apply (a code strategy)
-            out["edits_refused_kinds"] = {k[len("edits_refused_"):]: n for k, n in sorted(delta.items())
-                                          if k.startswith("edits_refused_") and n}
-        if self._agent_stats is not None and delta.get("agent_proposals", 0) == delta["made"]:
-            # the agent saw these calls itself (not a copy in another process)
-            refused = {k: delta[f"agent_{k}"] for k in REFUSAL_KINDS if delta.get(f"agent_{k}", 0)}
-            examples = self._agent_examples() if self._agent_examples is not None else {}
-            out.update(rules=delta.get("agent_rules", 0), declined=delta.get("agent_declined", 0), refused=refused,
-                       examples={k: examples[k] for k in refused if k in examples})
-        return out
+    def _proposals(self, reports: Sequence[MergeReport], refusals: Sequence[CardFate]) -> dict[str, Any]:
+        """What became of the proposals since the last round (`RoundInfo.proposals`), from their fates."""
+        made = self.counters.get("proposals")
+        delta, self._proposal_mark = made - self._proposal_mark, made
+        return proposal_summary(delta, reports, refusals)
 
     def open_bar(self, total: int | None, desc: str, *, rollouts: bool = False) -> None:
         """Show a progress bar counting the whole run (a resumed run's rounds included).
@@ -121,12 +100,14 @@ class RoundRecorder:
                notes: list[str] | None = None) -> RoundInfo:
         """The `RoundInfo` of the merge just made, logged; `announce` shows it and passes it to ``on_round``."""
         total, failures = self.usage.total_tokens, self.counters.get("backend_failures")
+        refused = self.refusals.drain()
         moment = self.clock.now() if self.clock is not None else 0.0
         info = RoundInfo(
             index=len(self.history) + 1, held_out_reward=held, tokens=total - self._tokens_mark,
             reports=reports, rollouts=rollouts, cards=cards,
             backend_failures=failures - self._failures_mark, head_version=head_version,
-            proposals=self._proposals(), elapsed=round(moment - self._time_mark, 3),
+            proposals=self._proposals(reports, refused), refusals=refused,
+            elapsed=round(moment - self._time_mark, 3),
             measured_share=measured_share, notes=list(notes or []), **summarize(reports),
         )
         self._time_mark = moment
@@ -154,6 +135,14 @@ class RoundRecorder:
             self.history[-1].tokens += total - self._tokens_mark
             self._tokens_mark = total
 
+    def settle_refusals(self) -> None:
+        """Put the proposals refused after the last round (work in flight at the stop) in the last round."""
+        late = self.refusals.drain()
+        if self.history and late:
+            last = self.history[-1]
+            last.refusals.extend(late)
+            last.proposals = proposal_summary((last.proposals or {}).get("made", 0), last.reports, last.refusals)
+
     def close(self) -> None:
         """Close the progress bar."""
         if self.bar is not None:
@@ -168,3 +157,35 @@ def summarize(reports: Sequence[MergeReport]) -> dict[str, int]:
         "discarded_stale": sum(r.discarded_stale for r in reports),
         "conflicts_dropped": sum(r.conflicts_dropped for r in reports),
     }
+
+
+def proposal_summary(made: int, reports: Sequence[MergeReport], refusals: Sequence[CardFate]) -> dict[str, Any]:
+    """A round's `RoundInfo.proposals`, counted from its fates (never from a counter of its own).
+
+    Args:
+        made: the proposal calls that returned in the round.
+        reports: the round's merge reports (each card's first fate counts once in ``cards``).
+        refusals: the round's proposals that never became cards (``refused``, ``declined``).
+    """
+    cards = sum(1 for r in reports for f in r.fates if not f.retried)
+    by: dict[str, dict[str, int]] = {"agent": {}, "edit": {}, "guard": {}}
+    examples: dict[str, str] = {}
+    declined = 0
+    for fate in refusals:
+        if fate.kind is FateKind.DECLINED:
+            declined += 1
+            continue
+        source, kind = str(fate.numbers.get("by", "agent")), str(fate.numbers.get("kind", "other"))
+        counts = by.setdefault(source, {})
+        counts[kind] = counts.get(kind, 0) + 1
+        if source == "agent" and fate.numbers.get("example"):
+            examples.setdefault(kind, str(fate.numbers["example"]))
+    refused = dict(sorted(by["agent"].items()))
+    out: dict[str, Any] = {"made": made, "cards": cards, "rules": max(0, made - declined - sum(refused.values())),
+                           "declined": declined, "refused": refused, "examples": examples}
+    if by["edit"]:
+        out["edits_refused"] = sum(by["edit"].values())  # edits that did not apply (a code strategy)
+        out["edits_refused_kinds"] = dict(sorted(by["edit"].items()))
+    if by["guard"]:
+        out["demos_refused"] = sum(by["guard"].values())
+    return out

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AgentDescentError
+from ..fate import CardFate, count_fates
 from ..types import MergeOutcome, MergeReport
 from ..usage import Usage
 from .answers import AnswerDistribution
@@ -42,14 +43,19 @@ class RoundInfo:
         cards: evidence cards merged in the round.
         backend_failures: backend calls that failed even after retries.
         head_version: the head version after the merge.
-        proposals: what became of the round's proposal calls, or None when nothing counted
-            them: ``made`` (proposal calls that returned), ``cards`` (proposals that became
-            evidence cards), and with an agent that counts its replies
-            (`agentdescent.LLMAgent.stats`) ``rules``, ``declined`` (NONE), ``refused``
-            (kind -> count, the kinds that occurred) and ``examples`` (kind -> one refused
-            reply, cut short); ``edits_refused`` (proposals whose code edits did not apply,
-            `agentdescent.errors.EditRefused`) and ``edits_refused_kinds`` (its reason -> count)
+        proposals: what became of the round's proposals, counted from its fates (the
+            reports' `agentdescent.fate.CardFate` records and ``refusals``), or None in a record
+            saved before they were kept: ``made`` (proposal calls that returned), ``cards``
+            (evidence cards that reached the merge: one first fate each), ``rules`` (replies
+            returned as a change), ``declined`` (no change: NONE, or None), ``refused`` (kind
+            -> count, the kinds that occurred, for an agent that says why:
+            ``explain_proposal``, as `agentdescent.LLMAgent`) and ``examples`` (kind -> one
+            refused reply, cut short); ``edits_refused`` (proposals whose code edits did not
+            apply, `agentdescent.errors.EditRefused`) and ``edits_refused_kinds`` (its reason
+            -> count), and ``demos_refused`` (changes that would show an evaluation prompt),
             when there were any.
+        refusals: the fates of the round's proposals that never became cards (kinds
+            ``refused`` and ``declined``), as the workers recorded them.
         elapsed: seconds the round took, on the run's clock (the only field that does not
             repeat between two identical runs).
         measured_share: the share of the held-out tasks whose score in ``held_out_reward``
@@ -75,6 +81,7 @@ class RoundInfo:
     backend_failures: int = 0
     head_version: int | None = None
     proposals: dict[str, Any] | None = None
+    refusals: list[CardFate] = field(default_factory=list)
     elapsed: float = 0.0
     measured_share: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -92,6 +99,7 @@ class RoundInfo:
             "proposals", "elapsed", "measured_share", "notes",
         )}
         data["reports"] = [r.to_json() for r in self.reports]
+        data["refusals"] = [f.to_json() for f in self.refusals]
         return data
 
     @classmethod
@@ -99,7 +107,13 @@ class RoundInfo:
         """Rebuild from `to_json` output."""
         kwargs = dict(data)
         kwargs["reports"] = [MergeReport.from_json(r) for r in data.get("reports", [])]
+        kwargs["refusals"] = [CardFate.from_json(f) for f in data.get("refusals", [])]
         return cls(**kwargs)
+
+    @property
+    def fates(self) -> list[CardFate]:
+        """Every fate the round recorded: its proposals' that never became cards, then each report's cards'."""
+        return [*self.refusals, *(f for r in self.reports for f in r.fates)]
 
 
 @dataclass
@@ -110,7 +124,8 @@ class AsyncStats:
         sweeps: merger sweeps (each one `RoundInfo`).
         admitted: rollouts admitted.
         discarded_stale: evidence cards the staleness policy dropped (their diffs built on
-            a head too old; each a rollout whose proposal was wasted). Not the same as
+            a head too old; each a rollout whose proposal was wasted): the ``stale`` first
+            fates of the sweeps' cards (`EvolutionResult.fates`). Not the same as
             ``result.outcomes()["all-stale"]``, which counts merge *decisions* in which no
             card survived the staleness filter: one such decision can drop several cards,
             or none (every diff already in the head, ``counters["merge_already_in_head"]``:
@@ -231,6 +246,18 @@ class EvolutionResult:
             for report in info.reports:
                 counts[report.outcome.value] += 1
         return counts
+
+    def fates(self, *, retried: bool = False) -> dict[str, int]:
+        """How many proposals and cards ended each way, keyed by `agentdescent.fate.FateKind` value.
+
+        Counted from the one record of each (`agentdescent.fate.CardFate`, kept on each round's
+        reports and ``refusals``), as ``RoundInfo.proposals``, ``async_stats``, ``agentdescent
+        status`` and the report count them. Each card counts once, by the fate its first
+        decision gave it; with ``retried`` the fates of the cards drawn again from the
+        evidence pool count too. Where `outcomes` counts decisions, this counts cards:
+        ``fates()["stale"] == sum(h.discarded_stale for h in history)``.
+        """
+        return count_fates((f for info in self.history for f in info.fates), retried=retried)
 
     @property
     def committed(self) -> int:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from ..budget.allocator import AllocatorPolicy
 from ..budget.governor import BudgetGovernor
 from ..errors import BackendFailure, InvalidArgumentType, RunFailed, RunTimeout
+from ..fate import FateLog
 from ..ledger import Ledger, MemoryLedger, PostgresLedger, SqliteLedger
 from ..ledger.dsn import is_dsn
 from ..merge.aggregator import Aggregator, AggregatorConfig, Evaluator
@@ -105,6 +106,8 @@ class RunEnv:
     chooser: DemoChooser | None = None  # what a worker proposes after a rollout (set by open_run)
     guard: PromptGuard | None = None  # keeps held-out and test prompts out of the artifact
     failures: FailureBuffer | None = None  # each worker's latest failures, for reflect_on > 1
+    explain_proposal: Callable[..., Any] | None = None  # the agent's, when it says why it proposed nothing
+    refusals: FateLog = field(default_factory=FateLog)  # proposals that never became cards, until recorded
     groups: GroupTracker = field(default_factory=GroupTracker)
     initial_reward: float | None = None
     last_reward: float | None = None
@@ -379,8 +382,9 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
             f"aggregator_factory returned a {type(aggregator).__name__}; it must return an "
             "agentdescent.Aggregator (subclass it to change a step of the pipeline)"
         )
+    refusals = FateLog()
     recorder = RoundRecorder(usage, counters, governor, config.on_round, unit,
-                             saved.rounds if saved is not None else (), agent=config.agent, clock=clock)
+                             saved.rounds if saved is not None else (), clock=clock, refusals=refusals)
     env = RunEnv(
         config=config, train=train, held_out=held_out, strategy=strategy, propose=config.propose_fn,
         usage=usage, ledger=led, owns_ledger=owns_ledger, runner=runner, owns_executor=owns_executor,
@@ -390,7 +394,8 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
         counters=counters,
         chooser=DemoChooser(config.proposal, strategy, config.reward, config.seed),
         guard=PromptGuard([*held_out, *(config.split.test_tasks or ())]) if demo_slots(strategy) else None,
-        failures=FailureBuffer.for_agent(config.agent),
+        failures=FailureBuffer.for_agent(config.agent), explain_proposal=config.explain_fn,
+        refusals=refusals,
     )
     if saved is not None:
         version, state = led.head(config.artifact_id)

@@ -25,10 +25,11 @@ from typing import Any, Protocol
 from ..budget.allocator import pre_spend_context
 from ..budget.governor import BudgetGovernor
 from ..errors import EditRefused, ProposalContractError
+from ..fate import CardFate, FateKind, FateLog
 from ..merge.relevance import Relevance
 from ..merge.strategies import Strategy
 from ..seams import unwrap
-from ..types import Diff, EvidenceCard, Task, stable_hash
+from ..types import Diff, EvidenceCard, Task, sanitize_text, stable_hash
 from ..usage import thread_tokens
 from .counters import Counters
 from .demos import DemoChooser, PromptGuard
@@ -237,6 +238,8 @@ class WorkerContext(Protocol):
     chooser: DemoChooser
     guard: PromptGuard | None
     failures: FailureBuffer
+    explain_proposal: Callable[..., Any] | None
+    refusals: FateLog
 
 
 @dataclass
@@ -274,21 +277,44 @@ def rollout_step(env: WorkerContext, worker_id: int, task: Task, version: int, s
 
 
 def _model_proposal(env: WorkerContext, rollout: Rollout) -> str | None:
-    """Ask the agent for a rule, rewrite or edit (with the worker's other failures when it reflects on several)."""
+    """Ask the agent for a rule, rewrite or edit (with the worker's other failures when it reflects on several).
+
+    With an agent that says why it proposed nothing (``explain_proposal``, as
+    `agentdescent.LLMAgent`), a reply that is no change is recorded as its proposal's fate:
+    ``declined`` (NONE) or ``refused`` with the kind; a plain ``propose`` returning None is
+    ``declined``.
+    """
     task = rollout.task
-    propose = env.propose
+    explain = env.explain_proposal
+    propose = explain if explain is not None else env.propose
     if env.failures.width > 1:
-        propose = functools.partial(env.propose, failures=env.failures.others(rollout))
-    proposal = env.runner.call(
+        propose = functools.partial(propose, failures=env.failures.others(rollout))
+    reply = env.runner.call(
         propose, rollout.rendered, task, rollout.output, rollout.reward,
         what=f"worker {rollout.worker_id} proposal for task {task.id!r}", phase="proposal",
         worker=rollout.worker_id)
     env.counters.add("proposals")
+    kind, example = None, ""
+    if explain is not None:
+        proposal, kind, example = getattr(reply, "text", None), getattr(reply, "kind", None), getattr(reply, "example", "")
+        proposal = sanitize_text(proposal) if isinstance(proposal, str) else proposal
+    else:
+        proposal = reply
     if proposal is not None and not isinstance(proposal, str):
         raise ProposalContractError(
             f"propose returned {type(proposal).__name__} for task {task.id!r}; "
             "return a str (one change) or None (no change)"
         )
+    if proposal is None:
+        author = f"worker-{rollout.worker_id}"
+        if kind in (None, "declined"):
+            said = "the model answered NONE" if kind == "declined" else "the proposer returned None"
+            env.refusals.add(CardFate(FateKind.DECLINED, f"{said} for task {task.id!r}: no change",
+                                      author=author))
+        else:
+            env.refusals.add(CardFate(FateKind.REFUSED, f"the reply to task {task.id!r} was refused ({kind})",
+                                      {"by": "agent", "kind": str(kind), "example": str(example or "")},
+                                      author=author))
     return proposal
 
 
@@ -308,6 +334,8 @@ def _proposal_diff(env: WorkerContext, rollout: Rollout, kind: str) -> Diff | No
         # an edit that does not apply (a code strategy): counted like a refused reply
         env.counters.add("edits_refused")
         env.counters.add(f"edits_refused_{refused.reason}")  # by kind, as the replies' refusals are
+        env.refusals.add(CardFate(FateKind.REFUSED, f"the edit for task {rollout.task.id!r} does not apply: "
+                                  f"{refused}", {"by": "edit", "kind": refused.reason}, author=author))
         logger.debug("worker %d: edit refused (%s): %s", rollout.worker_id, refused.reason, refused)
         return None
 
@@ -348,6 +376,8 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
         refusal = env.guard.refusal(diff) if env.guard is not None else None
         if refusal is not None:
             env.counters.add("demos_refused")
+            env.refusals.add(CardFate(FateKind.REFUSED, f"a {kind} proposal from task {task.id!r} refused: {refusal}",
+                                      {"by": "guard", "kind": "evaluation_prompt"}, diff.diff_id, diff.author))
             logger.info("worker %d: a %s proposal from task %r refused: %s", rollout.worker_id, kind, task.id,
                         refusal)
             return None

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..budget.allocator import AllocatorPolicy, pre_spend_context
 from ..errors import CASConflict, GovernanceError, InvalidArgumentType
+from ..fate import CardFate, FateKind
 from ..ledger import Ledger
 from ..seams import adopt
 from ..types import EvidenceCard, MergeOutcome, MergeReport, Task
@@ -292,6 +293,9 @@ class Aggregator:
         if skipped:
             self.counters["not_evaluated"] += len(skipped)
             intake.set_aside.extend(skipped)
+            for card in skipped:
+                intake.end(card, FateKind.NOT_ALLOCATED, "the budget governor judged it not worth its held-out "
+                           "evaluation: not evaluated, its evidence pooled")
             cards = [c for c in cards if c.allocated]
             if not cards:
                 report = MergeReport(
@@ -308,18 +312,21 @@ class Aggregator:
         prepared = self.preparer.prepare(artifact_id, head, cards, intake, blast_radius=self._blast_radius(artifact_id),
                                          layer=layer, alpha=self._alpha(layer))
         if isinstance(prepared, MergeReport):
+            prepared.considered += len(skipped)
             self._settle(intake, prepared)
             logger.debug("merge %s: %s (%s)", artifact_id, prepared.outcome.value, prepared.reason)
             return prepared
         intake.contributors = list(prepared.contributors)
         gated = self._gate(prepared)
         if gated is not None:
+            gated.considered += len(skipped)
             self._feedback(prepared, gated)  # measured (on the trajectory tasks) and refused
             self._settle(intake, gated)
             logger.debug("merge %s: %s (%s)", artifact_id, gated.outcome.value, gated.reason)
             return gated
         measurement = self.measurer.measure(prepared)
         report = self._decide(prepared, measurement)
+        report.considered += len(skipped)
         acc = measurement.acceptance
         if report.outcome is MergeOutcome.BELOW_THRESHOLD and acc.gains and not acc.losses:
             # Gains and no loss, but too few tasks to settle it: the cards keep their
@@ -349,7 +356,7 @@ class Aggregator:
         if any((c.before_after_delta or 0.0) > 0 for c in cards):
             return None
         self.counters["gate_dropped"] += 1
-        return MergeReport(
+        report = MergeReport(
             prepared.artifact_id, MergeOutcome.BELOW_THRESHOLD, accepted=prepared.candidate,
             fused=prepared.fused, considered=prepared.considered, discarded_stale=prepared.discarded_stale,
             conflicts_dropped=prepared.conflicts_dropped,
@@ -357,6 +364,9 @@ class Aggregator:
             reason="self-verify gate: no card behind the candidate improved the task it was proposed "
                    "from, so it was not evaluated on held-out tasks",
         )
+        _end_candidate(prepared, report, FateKind.GATED,
+                       {"deltas": [c.before_after_delta or 0.0 for c in cards]})
+        return report
 
     def _settle(self, intake: Intake, report: MergeReport) -> None:
         """Book a finished decision: counters, the eta histogram, the evidence pool.
@@ -366,6 +376,7 @@ class Aggregator:
         back one retry older if it was discarded or set aside again, and not at all if it
         was measured (committed, or rejected on held-out evidence, like a new card).
         """
+        report.fates[:0] = intake.fates  # the steps before the measurement ended these
         self.counters[report.outcome.value] += 1
         self.counters["discarded_stale"] += report.discarded_stale
         self.counters["rebased"] += intake.rebased
@@ -417,29 +428,32 @@ class Aggregator:
         oracle: tuple[float, float] | None = None
         if acc.accept and prepared.layer is Layer.L1_SLOW:
             oracle = self.measurer.complete(prepared, measurement)
+        kind = FateKind.BELOW_TEST
         if not acc.accept:
             report.reason = acc.reason + suffix
         elif oracle is not None and not oracle[0] > oracle[1]:
-            report.outcome = MergeOutcome.ORACLE_REJECTED
+            report.outcome, kind = MergeOutcome.ORACLE_REJECTED, FateKind.ORACLE_REJECTED
             report.reason = (
                 f"L1 oracle gate: held-out mean {oracle[0]:.4f} over all {measurement.n} task(s) does "
                 f"not strictly beat the head's {oracle[1]:.4f}{suffix}"
             )
         elif (veto := self._veto(prepared)) is not None:
             self.counters["commit_vetoes"] += 1
+            kind = FateKind.VETOED
             report.reason = f"vetoed before the commit: {veto}{suffix}"
         else:
             version = self._commit(prepared, measurement)
             if version is None:
-                report.outcome = MergeOutcome.CAS_CONFLICT
+                report.outcome, kind = MergeOutcome.CAS_CONFLICT, FateKind.CAS_LOST
                 report.reason = (
                     f"lost {self.config.cas_attempts} compare-and-swap attempt(s) to "
                     f"concurrent writers{suffix}"
                 )
             else:
-                report.outcome = MergeOutcome.COMMITTED
+                report.outcome, kind = MergeOutcome.COMMITTED, FateKind.COMMITTED
                 report.committed_version = version
                 report.reason = acc.reason + suffix
+        _end_candidate(prepared, report, kind, report.evidence or {})
         self._feedback(prepared, report)
         return report
 
@@ -523,3 +537,10 @@ class Aggregator:
         self.allocator.observe(ctx, report.outcome is MergeOutcome.COMMITTED)
         self.counters["allocator_observations"] += 1
 
+
+def _end_candidate(prepared: Prepared, report: MergeReport, kind: FateKind, numbers: Mapping[str, Any]) -> None:
+    """Record the fate of each card behind the measured (or gated) candidate: the decision's, with its numbers."""
+    report.fates.extend(
+        CardFate(kind, report.reason, dict(numbers), c.diff.diff_id, c.diff.author, fused=prepared.fused,
+                 retried=id(c) in prepared.retried)
+        for c in prepared.contributors)

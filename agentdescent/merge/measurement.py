@@ -133,6 +133,8 @@ class Prepared:
     discarded_stale: int
     conflicts_dropped: int
     notes: list[str] = field(default_factory=list)
+    #: ids of the contributors drawn again from the evidence pool (their fates are re-tries)
+    retried: frozenset[int] = frozenset()
 
     @property
     def trajectory(self) -> list[Task]:

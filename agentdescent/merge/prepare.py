@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..fate import CardFate, FateKind
 from ..types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, vv_staleness
 from .evidence_pool import PoolEntry
 from .fusion import fusable, rank_cards, resolve_conflicts, union_diff, union_members
@@ -50,6 +51,8 @@ class Intake:
     ``etas``, ``rebased``, ``rebase_rejected``, ``already_in_head``, ``set_aside`` and ``discarded_stale`` (on
     the report) describe the step's new cards only; what happened to the cards drawn from
     the pool is booked under the ``pool_*`` counters, so every worker card is counted once.
+    ``fates`` holds the fate of each card whose end a step before the measurement decided
+    (`end`); the measured candidate's contributors get theirs from the decision.
     """
 
     head_version: int = 0
@@ -63,6 +66,16 @@ class Intake:
     stale: list[EvidenceCard] = field(default_factory=list)  # new cards counted in discarded_stale
     drawn: list[PoolEntry] = field(default_factory=list)
     contributors: list[EvidenceCard] = field(default_factory=list)  # of the measured candidate
+    fates: list[CardFate] = field(default_factory=list)
+
+    def retried_ids(self) -> frozenset[int]:
+        """The ids of the cards drawn from the evidence pool for this decision."""
+        return frozenset(id(entry.card) for entry in self.drawn)
+
+    def end(self, card: EvidenceCard, kind: FateKind, reason: str, numbers: Mapping[str, Any] | None = None) -> None:
+        """Record ``card``'s fate in this decision (a re-try when it was drawn from the pool)."""
+        self.fates.append(CardFate(kind, reason, dict(numbers or {}), card.diff.diff_id, card.diff.author,
+                                   retried=any(entry.card is card for entry in self.drawn)))
 
 
 class CheapScores:
@@ -151,8 +164,15 @@ class Preparer:
         considered = len(cards)
         in_region = self._in_trust_region(cards)
         oversized = considered - len(in_region)
+        cfg = self.parts.config
+        kept = {id(c) for c in in_region}
+        for card in cards:
+            if id(card) not in kept:
+                intake.end(card, FateKind.OVERSIZED,
+                           f"{card.diff.size()} op(s) / {card.diff.chars()} char(s) exceed the trust region "
+                           f"({cfg.trust_region_ops} ops / {cfg.trust_region_chars} chars)",
+                           {"ops": card.diff.size(), "chars": card.diff.chars()})
         if not in_region:
-            cfg = self.parts.config
             return MergeReport(
                 artifact_id, MergeOutcome.OVERSIZED, considered=considered,
                 reason=f"all {considered} diff(s) exceed the trust region "
@@ -201,24 +221,28 @@ class Preparer:
             and vetoed.
         """
         cfg = self.parts.config
+        policy = self.parts.staleness_policy.name
         survivors: list[EvidenceCard] = []
         discarded = already = vetoed = 0
         for card in cards:
             retried = id(card) in drawn_actions
+            eta = vv_staleness(head.versions, card.base_version)
             if retried:
                 action = drawn_actions[id(card)]
             else:
-                eta = vv_staleness(head.versions, card.base_version)
                 intake.etas.append(eta)
                 action = self.parts.staleness_policy.decide(eta, alpha, card.diff.contract_breaking)
             if action is StaleAction.DISCARD:  # never a drawn card: the pool's draw skips those
                 discarded += 1
                 intake.stale.append(card)
                 intake.pooled.append(card)
+                intake.end(card, FateKind.STALE, f"built {eta} version(s) behind the head (policy {policy}, "
+                           f"alpha={alpha}): discarded, its evidence pooled", {"eta": eta})
                 continue
             if card.diff.is_noop(head.state):
                 already += 1
                 intake.already_in_head += not retried
+                intake.end(card, FateKind.ALREADY_IN_HEAD, f"the head (v{head.version}) already holds its diff")
                 continue
             if action is StaleAction.REBASE:
                 intake.rebased += not retried
@@ -229,12 +253,17 @@ class Preparer:
                         intake.stale.append(card)
                     intake.rejected.append(card)
                     intake.pooled.append(card)
+                    intake.end(card, FateKind.STALE, f"built {eta} version(s) behind the head and rebased on "
+                               f"v{head.version}, where it no longer helps (policy {policy})",
+                               {"eta": eta, "rebased": True})
                     continue
-            if cfg.commit_veto is not None and cfg.commit_veto(head.state, card.diff.apply(head.state)) is not None:
+            if cfg.commit_veto is not None and (
+                    veto := cfg.commit_veto(head.state, card.diff.apply(head.state))) is not None:
                 # refused on its own before it can join a union (the union is checked again at the commit)
                 self.parts.counters["card_vetoes"] += 1
                 vetoed += 1
                 intake.rejected.append(card)
+                intake.end(card, FateKind.VETOED, f"vetoed on its own (commit_veto): {veto}")
                 continue
             survivors.append(card)
         return survivors, discarded, already, vetoed
@@ -248,6 +277,9 @@ class Preparer:
         rank = cheap.of if by_cheap else _no_cheap_score
         survivors, dropped = resolve_conflicts(survivors, rank)
         intake.pooled.extend(dropped)  # the weaker side of a contradiction keeps its evidence
+        for card in dropped:
+            intake.end(card, FateKind.CONFLICT_LOST, "the weaker side of a contradiction (a key another card "
+                       "writes differently): its evidence pooled")
         members = union_members(survivors) if cfg.fusion_requires_evidence else list(survivors)
         if any(c.diff.edits for c in members):
             # edits of one file may overlap once all are applied; those left out are set aside below
@@ -259,11 +291,17 @@ class Preparer:
             member_ids = {id(m) for m in members}
             intake.set_aside.extend(c for c in survivors if id(c) not in member_ids)
             chosen, fused, contributors = self._fuse(artifact_id, survivors, members, cheap, rank, intake, notes)
+        chosen_ids = {id(c) for c in contributors}
+        for card in survivors:
+            if id(card) not in chosen_ids:
+                intake.end(card, FateKind.SET_ASIDE, f"survived, but the candidate was {_candidate_words(fused, notes)}"
+                           ": its evidence pooled")
         return Prepared(
             artifact_id=artifact_id, head_version=head.version, head_state=head.state,
             blast_radius=blast_radius, layer=layer, candidate=chosen, fused=fused,
             contributors=contributors, attributable=contributors[0], considered=considered,
             discarded_stale=discarded, conflicts_dropped=len(dropped), notes=notes,
+            retried=intake.retried_ids(),
         )
 
     def _fuse(self, artifact_id: str, survivors: list[EvidenceCard], members: list[EvidenceCard],
@@ -359,6 +397,17 @@ def _nothing_survived(stale: int, already: int, oversized: int, vetoed: int, pol
     if stale:
         return f"no diff survived: {', '.join(parts)} ({policy})"
     return f"nothing new to merge, none stale: {', '.join(parts)}"
+
+
+def _candidate_words(fused: bool, notes: Sequence[str]) -> str:
+    """How the decision's candidate was chosen, for a set-aside card's reason."""
+    if fused:
+        return "a union of other cards"
+    if "tournament" in notes:
+        return "another card (the fusion tournament)"
+    if any(n.startswith("union did not beat") for n in notes):
+        return "the best single card (the union did not beat the head)"
+    return "another card (they do not fuse)"
 
 
 def _no_cheap_score(diff: Diff) -> float:
