@@ -209,7 +209,23 @@ def step_one(agg: Aggregator, *cards: EvidenceCard) -> MergeReport:
         agg.ingest(c)
     reports = agg.step()
     assert len(reports) == 1
+    check_fates(reports[0])
     return reports[0]
+
+
+def check_fates(report: MergeReport) -> None:
+    """Every card of a decision has one fate, and the report's counts are counts of those fates."""
+    assert len(report.fates) == report.considered, (report.considered, report.fates)
+    assert len({f.diff_id for f in report.fates}) == len(report.fates)  # one fate per card
+    first = [f for f in report.fates if not f.retried]
+    assert report.discarded_stale == sum(f.kind.value == "stale" for f in first)
+    assert report.conflicts_dropped == sum(f.kind.value == "conflict-lost" for f in report.fates)
+    measured = {"committed", "below-test", "oracle-rejected", "cas-lost", "gated"}
+    behind = [f for f in report.fates if f.kind.value in measured]
+    if report.outcome is MergeOutcome.COMMITTED:
+        assert behind and {f.kind.value for f in behind} == {"committed"}
+    assert all(f.fused == report.fused for f in behind)
+    assert MergeReport.from_json(json.loads(json.dumps(report.to_json()))).fates == report.fates
 
 
 GOOD_A = effect("h2,h3,h4,c1", nonce="A")

@@ -260,7 +260,7 @@ def test_charts_have_titles_labelled_axes_ticks_and_the_test_interval(tmp_path):
     assert "+0.250, 95% interval [+0.100, +0.400] over 2 tasks; the interval excludes 0" in reward
     # the rounds table: time, seconds, proposals
     assert "2026-12-01 14:20:28 UTC 15.0 s 0.875 v3 1 committed 4 made, 2 rules, 1 declined, 1 refused as " \
-           "not_a_rule 3,200 5,300" in reward
+           "not_a_rule not recorded 3,200 5,300" in reward  # a row saved before fates were kept
 
 
 def test_every_commit_has_its_diff_evidence_and_time(tmp_path):
@@ -333,7 +333,7 @@ def test_old_rows_without_the_new_fields_still_render_saying_not_recorded(tmp_pa
     assert "ended not recorded round took not recorded" in commits and "E = 33.5" in commits
     assert f"+- {RULE_1}" in commits
     reward = parsed.section("reward")
-    assert "1 not recorded not recorded 1.000 v2 1 committed not recorded 480 480" in reward
+    assert "1 not recorded not recorded 1.000 v2 1 committed not recorded not recorded 480 480" in reward
     assert "This run has no test set" in reward
     assert "Held-out samples: not recorded; result.json does not hold them" in parsed.section("tasks")
     cost = parsed.section("cost")

@@ -29,6 +29,8 @@ from ..engine.why import (
     _text,
     decision_facts,
     edit_refusals,
+    fate_totals,
+    fates_words,
     likely_cause,
     round_facts,
 )
@@ -36,7 +38,8 @@ from ..errors import InvalidArgument
 from ..merge.demonstrations import DEMO_KEY_PREFIX, Demonstration, is_demo_key
 from ..types import MergeReport
 
-__all__ = ["KIND_WORDS", "decision_record", "estimate_note", "likely_cause", "round_lines", "round_record"]
+__all__ = ["KIND_WORDS", "decision_record", "estimate_note", "fate_totals", "fates_words", "likely_cause", "round_lines",
+           "round_record"]
 
 def _op_line(key: str, value: str | None) -> str:
     """One write of a candidate as the report shows it: a rule's text, or a demonstration in one line."""
@@ -137,6 +140,8 @@ def round_lines(record: Mapping[str, Any]) -> list[str]:
         lines.append(line)
         for kind, example in sorted(_map(proposals.get("examples")).items()):
             lines.append(f"    e.g. {KIND_WORDS.get(kind, kind)}: {_text(example, 160)!r}")
+    if isinstance(record.get("fates"), Mapping):
+        lines.append(f"  fates: {fates_words(record['fates']) or 'none (no proposal, no card)'}")
     for note in _list(record.get("notes")):
         lines.append(f"  note: {_text(note, 400)}")
     decisions = record.get("decisions")

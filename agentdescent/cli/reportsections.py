@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..engine.answers import CONSTANT_SHARE, NAMES_NONE, NAMES_SEVERAL, AnswerDistribution
-from ..engine.why import edit_refusals
+from ..engine.why import edit_refusals, fate_totals, fates_words
 from .explain import estimate_note
 from .reportdata import _k, _m, _num, _per_task, _time
 from .reportparts import (
@@ -176,6 +176,13 @@ def _proposals_cell(p: Any) -> str:
     return ", ".join(parts)
 
 
+def _fates_cell(record: Mapping[str, Any]) -> str:
+    fates = record.get("fates")
+    if not isinstance(fates, Mapping):
+        return NOT_RECORDED
+    return _e(fates_words(fates)) or '<span class="nr">none</span>'
+
+
 def _estimate_mark(record: Mapping[str, Any]) -> str:
     """A ``*`` after a round's held-out reward that is an estimate (partly inherited), with its share as a tooltip."""
     note = estimate_note(record)
@@ -183,7 +190,7 @@ def _estimate_mark(record: Mapping[str, Any]) -> str:
 
 
 def _rounds_table(rows: Sequence[Mapping[str, Any]], status: Mapping[str, Any]) -> str:
-    body = [["start", "", "", _f(status.get("initial_reward")), "v1", "", "", "", "", ""]]
+    body = [["start", "", "", _f(status.get("initial_reward")), "v1", "", "", "", "", "", ""]]
     for r in rows:
         outcomes = r.get("outcomes") if isinstance(r.get("outcomes"), list) else []
         body.append([_e(r.get("round", "?")), _when(r.get("ended")), _duration(r.get("seconds")),
@@ -192,9 +199,10 @@ def _rounds_table(rows: Sequence[Mapping[str, Any]], status: Mapping[str, Any]) 
                      (_e(", ".join(str(o) for o in outcomes)) or '<span class="nr">no decision</span>') + "".join(
                          f'<br><span class="nr">{_e(str(n))}</span>' for n in (r.get("notes") or [])
                          if isinstance(r.get("notes"), list)),
-                     _proposals_cell(r.get("proposals")), _n(r.get("tokens")), _n(r.get("tokens_total"))])
+                     _proposals_cell(r.get("proposals")), _fates_cell(r), _n(r.get("tokens")),
+                     _n(r.get("tokens_total"))])
     return _table(["round", "ended", "took", "held-out", "head", "commits", "merge outcomes", "proposals",
-                   "tokens", "tokens in all"], body, "num")
+                   "fates (proposals and cards)", "tokens", "tokens in all"], body, "num")
 
 
 def _reward(rows: Sequence[Mapping[str, Any]], status: Mapping[str, Any], test: Mapping[str, Any] | None,
@@ -415,6 +423,9 @@ def _why(rows: Sequence[Mapping[str, Any]], status: Mapping[str, Any], decisions
         counts[str(d.get("outcome"))] = counts.get(str(d.get("outcome")), 0) + 1
     out.append("<p>Merge decisions: " + (", ".join(f"{_e(k)} {v}" for k, v in sorted(counts.items()))
                                          or "none; no candidate reached a decision") + ".</p>")
+    if any(isinstance(r.get("fates"), Mapping) for r in rows):
+        out.append("<p>What became of the proposals and cards: "
+                   + (_e(fates_words(fate_totals(rows))) or "no proposal, no card") + ".</p>")
     body = []
     for r in rows:
         p = r.get("proposals")

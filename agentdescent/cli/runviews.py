@@ -32,7 +32,7 @@ from ..errors import (
 )
 from ..types import one_line
 from .diskfull import DISK_FULL
-from .explain import likely_cause, round_lines
+from .explain import fate_totals, fates_words, likely_cause, round_lines
 from .report import build_report
 from .rundir import (
     STOPPED,
@@ -168,6 +168,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if rounds:
         commits = sum(int(_real(r.get("committed")) or 0) for r in rounds)
         print(f"commits: {commits} in {len(rounds)} {unit}(s)")
+        if any(isinstance(r.get("fates"), dict) for r in rounds):  # rows saved before fates were kept have none
+            print(f"fates: {fates_words(fate_totals(rounds)) or 'none (no proposal, no card)'}")
     if isinstance(status.get("test"), dict):
         print(test_line(status["test"]))
         answers = _answers_of(run)

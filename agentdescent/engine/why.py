@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..fate import CardFate, FateKind, count_fates
 from ..types import MergeOutcome, MergeReport
 
-__all__ = ["EDIT_WORDS", "KIND_WORDS", "decision_facts", "edit_refusals", "likely_cause", "round_facts",
-           "round_notes"]
+__all__ = ["EDIT_WORDS", "KIND_WORDS", "decision_facts", "edit_refusals", "fate_totals", "fates_words",
+           "likely_cause", "round_facts", "round_notes"]
 
 #: A refusal kind (`agentdescent.agents.proposals.REFUSAL_KINDS`) in words.
 KIND_WORDS = {
@@ -54,14 +55,56 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+#: The card fates whose numbers are the decision's paired test (kept once, as the decision's ``evidence``).
+_MEASURED = {FateKind.BELOW_TEST, FateKind.ORACLE_REJECTED, FateKind.COMMITTED, FateKind.CAS_LOST, FateKind.VETOED}
+
+
+def _fate_record(fate: CardFate, report: MergeReport) -> dict[str, Any]:
+    """A card's fate as a decision record keeps it: what the decision's own fields do not repeat."""
+    data = fate.to_json()
+    if data.get("reason") == report.reason:
+        del data["reason"]  # the decision's reason
+    if fate.kind in _MEASURED and data.get("numbers") == (report.evidence or {}):
+        data.pop("numbers", None)  # the decision's evidence
+    return data
+
+
 def decision_facts(report: MergeReport) -> dict[str, Any]:
-    """One merge decision's facts, JSON-ready: its artifact, outcome and reason, and the paired test's numbers."""
+    """One merge decision's facts, JSON-ready: its artifact, outcome and reason, the paired test's numbers,
+    and the fate of each card it ended (``fates``: kind, diff, author, and the reason and numbers where
+    they are not the decision's own)."""
     return {
         "artifact_id": report.artifact_id, "outcome": report.outcome.value, "reason": report.reason,
         "fused": report.fused, "considered": report.considered, "discarded_stale": report.discarded_stale,
         "committed_version": report.committed_version, "feedback": list(report.feedback),
         "evidence": dict(report.evidence) if report.evidence is not None else None,
+        "fates": [_fate_record(f, report) for f in report.fates],
     }
+
+
+def fate_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The card fates of several round records (their ``fates`` counts) added up, every kind a key."""
+    totals = {k.value: 0 for k in FateKind}
+    for record in records:
+        for kind, n in _map(record.get("fates")).items():
+            if kind in totals:
+                totals[kind] += _i(n)
+    return totals
+
+
+#: A card fate's kind in words, where the value alone would not say it.
+_FATE_WORDS = {
+    "not-allocated": "not allocated (budget)", "already-in-head": "already in the head",
+    "conflict-lost": "lost a conflict", "set-aside": "set aside by fusion", "gated": "gated (self-verify)",
+    "below-test": "below the acceptance test", "oracle-rejected": "rejected by the L1 oracle",
+    "cas-lost": "lost the compare-and-swap", "vetoed": "vetoed (commit_veto)",
+}
+
+
+def fates_words(counts: Mapping[str, Any]) -> str:
+    """``"2 committed, 1 set aside by fusion, 3 refused"``: the non-zero fate counts, in the order a card travels."""
+    return ", ".join(f"{_i(counts.get(k.value))} {_FATE_WORDS.get(k.value, k.value)}" for k in FateKind
+                     if _i(counts.get(k.value)))
 
 
 def round_facts(info: Any) -> dict[str, Any]:
@@ -73,6 +116,8 @@ def round_facts(info: Any) -> dict[str, Any]:
         "discarded_stale": info.discarded_stale, "backend_failures": info.backend_failures,
         "proposals": info.proposals, "decisions": [decision_facts(r) for r in info.reports],
         "measured_share": info.measured_share, "notes": list(info.notes),
+        "fates": {k: n for k, n in count_fates(info.fates).items() if n},
+        "refusals": [f.to_json() for f in info.refusals],
     }
 
 
