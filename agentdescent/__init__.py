@@ -82,6 +82,7 @@ from .providers import from_callable, openai_compatible
 from .rewards.builtin import Score
 from .rewards.judge import judge
 from .tokens import TokenCounter
+from .fate import CardFate, FateKind
 from .types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, stable_hash, vv_staleness
 from .usage import Usage, usage_phase
 
@@ -137,10 +138,12 @@ __all__ = [
     "ContractError",
     "DataLoadError",
     "EditRefused",
+    "CardFate",
     "Diff",
     "Evaluator",
     "EvidenceCard",
     "EvolutionResult",
+    "FateKind",
     "FullStaleness",
     "GovernanceError",
     "GuardedStaleness",

@@ -7,6 +7,7 @@ import agentdescent
 SPEC_NAMES = {
     # data model and errors
     "Task", "Diff", "EvidenceCard", "vv_staleness", "MergeOutcome", "MergeReport",
+    "CardFate", "FateKind",
     "AgentDescentError", "ContractError", "RewardContractError", "ProposalContractError",
     "LedgerError", "CASConflict", "GovernanceError", "ProviderError", "stable_hash",
     # strategies, ledger, governance, staleness
