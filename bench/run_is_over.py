@@ -21,8 +21,9 @@ sync runs with ``max_concurrency=4``). Nothing leaves the machine.
   characters), each sum after a paragraph of context (a solve call is about 100
   tokens); the run has ``max_tokens=3000``. Counted: the spend against the budget, the
   overshoot in units of the largest call the server answered, and whether the spend
-  stays within ``max_tokens + 8 x the largest call`` (8: the calls that can be in flight,
-  4 workers' and 4 evaluation threads').
+  stays within ``max_tokens + 2 x the largest call`` (the budget gate's bound: one call
+  past the budget, and once what a call larger than any before it exceeds the largest
+  seen, which it reserved; see docs/budget.md).
 
     python bench/run_is_over.py [--seeds 0,1,2] [--scenarios failing,hung,budget] [--json PATH]
 """
@@ -50,7 +51,8 @@ N_WORKERS = 4
 BUDGET = 3000
 #: Calls of a run that can be in flight at once: each worker's, and the merge's held-out
 #: evaluation on a pool of as many threads (sync: ``max_concurrency`` of them, here 4).
-MAX_IN_FLIGHT = 2 * N_WORKERS
+#: The budget gate's bound, in largest calls: one past the budget, and once a larger call's excess.
+OVER_IN_CALLS = 2
 
 
 class Model:
@@ -171,7 +173,7 @@ def run_budget(runtime: str, seed: int) -> dict[str, Any]:
     return {"requests_after_return": after, "stragglers": stragglers(result), "spent": spent,
             "overshoot_ratio": round(spent / BUDGET, 3), "largest_call": largest,
             "over_in_largest_calls": round(max(0, spent - BUDGET) / largest, 2) if largest else 0.0,
-            "bound": BUDGET + MAX_IN_FLIGHT * largest, "stop_reason": result.stop_reason}
+            "bound": BUDGET + OVER_IN_CALLS * largest, "stop_reason": result.stop_reason}
 
 
 SCENARIOS = {"failing": run_failing, "hung": run_hung, "budget": run_budget}

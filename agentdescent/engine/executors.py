@@ -1,10 +1,6 @@
 """Where a run's calls run, and the one runner that runs them: pools, retries, deadlines.
 
-This module owns
-
-- the default executor (`DaemonPool`: daemon threads, so a hung call never keeps the
-  process alive) and `runs_in_process` (an executor whose calls need not travel);
-- `CallRunner`: every backend call of a run goes through it. It runs the call inline on a
+This module owns `CallRunner`: every backend call of a run goes through it. It runs the call inline on a
   thread pool or submits it to another executor (as an `agentdescent.engine.calls.Call`),
   applies the failure rule (`agentdescent.failures.judge`) to each failed attempt, counts
   failures in a row per phase, replays a travelling call's tokens into the run's meters
@@ -13,7 +9,11 @@ This module owns
   (in the thread's `stop_scope`, where the providers' retry loops read it): once the
   token budget is spent, or the run is over (`end_work`, `close`), no call makes a new
   attempt, and `running_calls` says which are still on the wire. A held-out batch
-  (`score_jobs`) is scored on the run's pool at once, each call admitted as any other.
+  (`score_jobs`) is scored on the run's pool at once, each call admitted as any other, and
+  with a budget every attempt is admitted by the run's `agentdescent.engine.reservations.BudgetGate`.
+
+The default executor (`DaemonPool`) and `runs_in_process` live in
+`agentdescent.engine.daemonpool` (re-exported here).
 
 The shape of a travelling call, `run_call`, `check_travel` and `score_output` live in
 `agentdescent.engine.calls` (re-exported here). It knows nothing of ledgers, cards or rounds.
@@ -25,7 +25,6 @@ import collections
 import concurrent.futures
 import logging
 import os
-import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -44,7 +43,7 @@ from ..errors import (
 from ..failures import Verdict, ends_run, judge
 from ..rewards.builtin import Score, check_reward
 from ..types import Task, sanitize_text
-from ..usage import Usage, replay_usage, run_meters, usage_phase, worker_scope
+from ..usage import Usage, replay_usage, run_meters, thread_tokens, usage_phase, worker_scope
 from .calls import (
     Call,
     CallResult,
@@ -55,6 +54,8 @@ from .calls import (
     score_output,
 )
 from .counters import Counters
+from .daemonpool import DaemonPool, runs_in_process
+from .reservations import BudgetGate
 
 __all__ = [
     "Call",
@@ -70,84 +71,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agentdescent.executors")
-
-
-# =========================================================================== the call pool
-
-
-class DaemonPool(concurrent.futures.Executor):
-    """A fixed pool of *daemon* threads: the engines' default executor.
-
-    Unlike `concurrent.futures.ThreadPoolExecutor`, whose threads the interpreter joins at
-    exit, a hung call on this pool never keeps the process alive: after Ctrl-C or a time
-    stop the engine returns and the process can exit at once.
-
-    Args:
-        threads: worker threads (started lazily, up to this many).
-        name: thread name prefix.
-    """
-
-    def __init__(self, threads: int, name: str = "agentdescent") -> None:
-        self._threads = threads
-        self._name = name
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._started: list[threading.Thread] = []
-        self._idle = 0
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        """Schedule ``fn(*args, **kwargs)``; returns its future."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("DaemonPool: submit after shutdown")  # the executor protocol's own error
-            self._queue.put((future, fn, args, kwargs))
-            if self._idle == 0 and len(self._started) < self._threads:
-                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._started)}", daemon=True)
-                self._started.append(thread)
-                thread.start()
-            else:
-                self._idle -= 1 if self._idle else 0
-        return future
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            future, fn, args, kwargs = item
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args, **kwargs))
-                except BaseException as exc:  # the future carries it to the waiter
-                    future.set_exception(exc)
-            del item, future
-            with self._lock:
-                self._idle += 1
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stop taking work; with ``cancel_futures`` cancel what has not started."""
-        with self._lock:
-            self._closed = True
-            if cancel_futures:
-                while True:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is not None:
-                        item[0].cancel()
-            for _ in self._started:
-                self._queue.put(None)
-        if wait:
-            for thread in self._started:
-                thread.join()
-
-
-def runs_in_process(executor: concurrent.futures.Executor) -> bool:
-    """True for the executors whose calls run in this process's threads (nothing is pickled)."""
-    return isinstance(executor, (DaemonPool, concurrent.futures.ThreadPoolExecutor))
 
 
 # =========================================================================== the runner
@@ -196,6 +119,7 @@ class CallRunner:
             and counts ``phase`` (None: no budget).
         call_cache: the run's `agentdescent.CallCache` or its folder (None: none), in scope around every call; a
             travelling attempt takes a copy (`InCallCache`), whose counts stay where it ran.
+        gate: admits each attempt against the budget (`agentdescent.engine.reservations.BudgetGate`), or None.
     """
 
     def __init__(self, *, executor: concurrent.futures.Executor, remote: bool,
@@ -203,7 +127,8 @@ class CallRunner:
                  reward: Callable[[Task, str], Any], meters: tuple[Usage, ...], counters: Counters,
                  clock: Clock, deadline: float | None, call_attempts: int, failure_limit: int,
                  max_seconds: float | None, grace_seconds: float,
-                 budget_spent: Callable[[str], bool] | None = None, call_cache: Any = None) -> None:
+                 budget_spent: Callable[[str], bool] | None = None, call_cache: Any = None,
+                 gate: BudgetGate | None = None) -> None:
         self.executor = executor
         self.remote = remote
         self.pool = pool
@@ -217,7 +142,7 @@ class CallRunner:
         self.failure_limit = failure_limit
         self.max_seconds = max_seconds
         self.grace_seconds = grace_seconds
-        self.budget_spent = budget_spent
+        self.budget_spent, self.gate = budget_spent, gate
         self.call_cache = as_call_cache(call_cache)  # a folder path becomes a CallCache
         self.cache_start = self.call_cache.stats() if isinstance(self.call_cache, CallCache) else {}  # the run's deltas
         #: Notified when a watched call finishes and when the runner closes.
@@ -420,6 +345,10 @@ class CallRunner:
                 if signal.is_set():
                     raise self._stopped(signal, what)
                 attempt += 1
+                reservation = self.gate.admit(call.phase, signal.is_set) if self.gate is not None else None
+                if self.gate is not None and reservation is None:  # spent, or stopped while it waited
+                    raise self._stopped(signal, what)
+                before = thread_tokens()
                 try:
                     result = self._once(call, signal)
                 except Exception as exc:
@@ -427,6 +356,9 @@ class CallRunner:
                         raise self._stopped(signal, what) from None  # stopped, not failed
                     self._judge(exc, attempt, what, call.phase)  # returns only to retry
                     continue
+                finally:
+                    if self.gate is not None:
+                        self.gate.release(reservation, thread_tokens() - before, call.phase)
                 with self._lock:
                     self._in_a_row[call.phase] = 0
                 return result

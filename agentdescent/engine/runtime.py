@@ -46,6 +46,7 @@ from .counters import Counters
 from .demos import DemoChooser, PromptGuard
 from .evaluation import RolloutEvaluator
 from .executors import CallRunner, DaemonPool, check_travel, runs_in_process
+from .reservations import BudgetGate
 from .fullscore import confirm_target
 from .progress import ProgressStore, capture, restore
 from .recorder import RoundRecorder
@@ -368,6 +369,8 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
         budget_spent=None if governor.max_tokens is None else (
             lambda phase: phase not in outside_budget and governor.over_budget()),
         call_cache=config.call_cache,
+        gate=None if governor.max_tokens is None else BudgetGate(
+            lambda: governor.spent, governor.max_tokens, lambda phase: phase not in outside_budget),
     )
     evaluator = RolloutEvaluator(runner, strategy, counters, held_out, cheap_tasks)
     factory = config.aggregator_factory if config.aggregator_factory is not None else Aggregator
