@@ -64,6 +64,7 @@ from .errors import (
     SandboxUnavailable,
     UsageError,
 )
+from .fate import CardFate, FateKind
 from .ledger import Ledger, LedgerEntry, MemoryLedger, PostgresLedger, SqliteLedger
 from .merge.aggregator import Aggregator, AggregatorConfig, Evaluator
 from .merge.demonstrations import Demonstration, Demonstrations, RulesAndDemos
@@ -82,7 +83,6 @@ from .providers import from_callable, openai_compatible
 from .rewards.builtin import Score
 from .rewards.judge import judge
 from .tokens import TokenCounter
-from .fate import CardFate, FateKind
 from .types import Diff, EvidenceCard, MergeOutcome, MergeReport, Task, stable_hash, vv_staleness
 from .usage import Usage, usage_phase
 

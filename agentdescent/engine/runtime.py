@@ -46,10 +46,10 @@ from .counters import Counters
 from .demos import DemoChooser, PromptGuard
 from .evaluation import RolloutEvaluator
 from .executors import CallRunner, DaemonPool, check_travel, runs_in_process
-from .reservations import BudgetGate
 from .fullscore import confirm_target
 from .progress import ProgressStore, capture, restore
 from .recorder import RoundRecorder
+from .reservations import BudgetGate
 from .result import RoundInfo
 from .stopping import StopRules
 from .testset import Evaluation, score_on
