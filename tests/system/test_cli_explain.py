@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from agentdescent import EvolutionResult
+from agentdescent.cli.rundir import RunDir
 from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
 from .test_cli import KEY, ROOT, RULE, _is_proposal, _option_help, _script, cli, init, responder
@@ -287,3 +288,67 @@ def test_a_run_killed_after_its_last_save_gets_its_end_written_by_resume_with_no
         assert len(result.history) == len(rounds) and result.error is None
         status = cli("status", str(run_dir))
         assert status.returncode == 0 and "finished" in status.stdout.splitlines()[0], status.stdout
+
+
+def _totals(run_dir: Path) -> dict:
+    """The run's totals as each view states them: rounds, tokens, commits (and the head)."""
+    rows = _rows(run_dir)
+    status = json.loads((run_dir / "status.json").read_text())
+    out = {"rows": {"rounds": len(rows), "tokens": sum(r["tokens"] for r in rows),
+                    "commits": sum(r["committed"] for r in rows),
+                    "tokens_total": rows[-1]["tokens_total"] if rows else 0},
+           "status": {"rounds": status["round"], "tokens": status["tokens"], "head": status["head_version"]}}
+    if (run_dir / "result.json").exists():
+        result = EvolutionResult.load(run_dir / "result.json")
+        out["result"] = {"rounds": len(result.history), "tokens": result.usage.total_tokens,
+                         "commits": result.committed, "head": result.version,
+                         "round_tokens": sum(h.tokens for h in result.history)}
+    return out
+
+
+def _agree(run_dir: Path, *, finished: bool) -> dict:
+    from agentdescent.cli.report import build_report
+
+    from ..test_report import parse
+
+    t = _totals(run_dir)
+    rows, status = t["rows"], t["status"]
+    assert rows["rounds"] == status["rounds"] and rows["tokens"] == rows["tokens_total"] == status["tokens"], t
+    if finished:
+        result = t["result"]
+        assert (result["rounds"], result["tokens"], result["commits"]) == (rows["rounds"], rows["tokens"],
+                                                                          rows["commits"]), t
+        assert result["round_tokens"] == result["tokens"] and result["head"] == status["head"], t
+        cost = parse(build_report(RunDir(run_dir))).section("cost")
+        assert f"all {result['tokens']:,} 100%" in cost, cost[:400]
+    verbose = cli("status", str(run_dir), "--verbose").stdout
+    assert f"tokens spent: {status['tokens']:,}" in verbose
+    assert f"commits: {rows['commits']} in {rows['rounds']} round(s)" in verbose
+    assert verbose.count("\nround ") == rows["rounds"]
+    return t
+
+
+def test_totals_agree_across_result_rounds_status_and_report_after_a_run_a_ctrl_c_and_a_resume(tmp_path):
+    with LLMServer(responder=responder(delay=0.05)) as server:
+        clean = init(tmp_path, server, name="clean")
+        assert cli("run", str(clean), "--rounds", "3", "--workers", "2").returncode == 0
+        _agree(clean, finished=True)
+
+        run_dir = init(tmp_path, server, name="stopped")
+        env = {**os.environ, "CLI_TEST_KEY": KEY, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([*_script(), "run", str(run_dir), "--rounds", "30", "--workers", "2"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        rounds_file = run_dir / "rounds.jsonl"
+        deadline = time.monotonic() + 60
+        while not (rounds_file.exists() and len(rounds_file.read_text().splitlines()) >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 130
+        stopped = _agree(run_dir, finished=False)  # what is paid outside a saved round is apart: tokens_unsaved
+        resumed = cli("resume", str(run_dir), "--rounds", "2")
+        assert resumed.returncode == 0, resumed.stderr
+        after = _agree(run_dir, finished=True)
+    assert after["rows"]["rounds"] == stopped["rows"]["rounds"] + 2
+    assert after["rows"]["tokens"] >= stopped["rows"]["tokens"]
