@@ -11,6 +11,7 @@ import pytest
 
 from agentdescent import Task, async_evolve, evolve
 from agentdescent.domains.router import RouterDomain
+from agentdescent.domains.valuesim import ValueSim
 
 
 def _year_case() -> dict:
@@ -63,6 +64,23 @@ def test_a_router_run_reports_a_full_rescoring_of_its_final_artifact(engine: str
     assert result.final_reward == pytest.approx(rescored, abs=1e-12)
     assert result.counters["final_reward_inherited"] == 0
     assert result.counters["final_reward_measured"] == len(held)
+
+
+@pytest.mark.parametrize("engine", ["sync", "async"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_valuesim_run_reports_a_full_rescoring_of_its_final_artifact(engine: str, seed: int) -> None:
+    kwargs = dict(ValueSim(seed=seed).evolve_kwargs())
+    kwargs.pop("seed")
+    if engine == "sync":
+        result = evolve(**kwargs, rounds=6, seed=seed)
+    else:
+        result = async_evolve(**kwargs, max_rollouts=24, seed=seed)
+    assert result.committed > 0
+    by_id = {t.id: t for t in kwargs["tasks"]}
+    held = [by_id[i] for i in result.held_out_samples["final"]["tasks"]]
+    rescored = sum(_score(kwargs["reward"](t, kwargs["run"](result.rendered, t))) for t in held) / len(held)
+    assert result.final_reward == pytest.approx(rescored, abs=1e-12)
+    assert result.counters["final_reward_inherited"] == 0
 
 
 def test_explain_says_how_the_run_ended_and_why_nothing_committed() -> None:
