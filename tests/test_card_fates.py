@@ -282,3 +282,15 @@ def test_the_fate_of_a_retried_card_is_marked_and_counted_apart() -> None:
     assert len(retried) == 1 and retried[0].diff_id is not None
     assert sum(count_fates(report.fates).values()) == len(report.fates) - len(retried)
     assert sum(count_fates(report.fates, retried=True).values()) == len(report.fates)
+
+
+def test_a_decision_that_ends_before_the_measurement_names_the_cards_the_budget_kept_out() -> None:
+    veto = table_config(commit_veto=lambda head, new: "no kv" if "kv" in new else None)
+    _, agg, _, _ = make(config=veto)
+    skipped = card({"ka": GOOD_A})
+    skipped.allocated = False
+    report = step_one(agg, skipped, card({"kv": GOOD_B}))
+    assert report.outcome is MergeOutcome.ALL_STALE and report.considered == 2
+    assert report.reason == ("nothing new to merge, none stale: 1 vetoed (commit_veto); "
+                             "1 more not evaluated (the budget governor's call)")
+    assert sorted(f.kind.value for f in report.fates) == ["not-allocated", "vetoed"]

@@ -313,6 +313,8 @@ class Aggregator:
                                          layer=layer, alpha=self._alpha(layer))
         if isinstance(prepared, MergeReport):
             prepared.considered += len(skipped)
+            if skipped:
+                prepared.reason += f"; {len(skipped)} more not evaluated (the budget governor's call)"
             self._settle(intake, prepared)
             logger.debug("merge %s: %s (%s)", artifact_id, prepared.outcome.value, prepared.reason)
             return prepared
