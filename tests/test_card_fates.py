@@ -294,3 +294,15 @@ def test_a_decision_that_ends_before_the_measurement_names_the_cards_the_budget_
     assert report.reason == ("nothing new to merge, none stale: 1 vetoed (commit_veto); "
                              "1 more not evaluated (the budget governor's call)")
     assert sorted(f.kind.value for f in report.fates) == ["not-allocated", "vetoed"]
+
+
+def test_an_explain_proposal_that_returns_a_bare_string_is_refused_naming_the_contract() -> None:
+    from agentdescent import ProposalContractError
+
+    class Wrong(ScriptedAgent):
+        def explain_proposal(self, rendered, task, output, reward, *, failures=()):
+            return "solve g0"
+
+    tasks = [Task(f"t{i}", f"prompt {i}", {"group": str(i % 6)}) for i in range(12)]
+    with pytest.raises(ProposalContractError, match="explain_proposal returned str"):
+        evolve(tasks, _reward, agent=Wrong(), rounds=1, n_workers=2, seed=0)

@@ -296,7 +296,11 @@ def _model_proposal(env: WorkerContext, rollout: Rollout) -> str | None:
     env.counters.add("proposals")
     kind, example = None, ""
     if explain is not None:
-        proposal, kind, example = getattr(reply, "text", None), getattr(reply, "kind", None), getattr(reply, "example", "")
+        if not hasattr(reply, "text") or not hasattr(reply, "kind"):
+            raise ProposalContractError(
+                f"explain_proposal returned {type(reply).__name__} for task {task.id!r}; return an object with "
+                "text (the change, or None) and kind (as agentdescent.agents.proposals.ParsedProposal)")
+        proposal, kind, example = reply.text, reply.kind, getattr(reply, "example", "")
         proposal = sanitize_text(proposal) if isinstance(proposal, str) else proposal
     else:
         proposal = reply
