@@ -72,6 +72,9 @@ def test_the_budget_binds_an_llm_agent_whose_provider_keeps_its_own_meter(engine
     assert result.stop_reason == "max_tokens"
     assert result.usage.total_tokens == provider.usage.total_tokens  # each call counted once
     assert result.usage.total_tokens == sum(h.tokens for h in result.history)
+    # and the calls add up as the tokens do, round by round
+    assert result.usage.calls == provider.usage.calls == sum(h.calls for h in result.history) > 0
+    assert all(h.calls >= 0 for h in result.history)
 
 
 # --------------------------------------------------------------------------- failures

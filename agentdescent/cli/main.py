@@ -292,28 +292,31 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
         saved = read_saved(ledger, spec)
         _write_rounds(run, saved.rounds if saved else [])
         spent_before = saved.tokens if saved else 0
+        calls_before = sum(r.calls for r in saved.rounds) if saved else 0
         done_before = len(saved.rounds) if saved else 0
         previous = read_json(run.status_file, "status.json") if run.status_file.exists() else {}
         status: dict[str, Any] = {
             "state": "running", "pid": os.getpid(), "started": now(), "round": done_before,
             "unit": "merge" if asynchronous else "round",
             "head_version": ledger.versions().get(ARTIFACT_ID), "held_out_reward": previous.get("held_out_reward"),
-            "initial_reward": previous.get("initial_reward"), "tokens": spent_before, "stop_reason": None,
+            "initial_reward": previous.get("initial_reward"), "tokens": spent_before, "calls": calls_before,
+            "stop_reason": None,
             "max_tokens": max_tokens, "rounds_planned": None if asynchronous else done_before + rounds,
             "rollouts_planned": rounds * workers if asynchronous else None, "error": None, "why": None,
             "signal": None,
         }
         run.write_status(status)
         try:
-            new_tokens = [0]
+            new_tokens, new_calls = [0], [0]
 
             def on_round(info: RoundInfo) -> None:
                 new_tokens[0] += info.tokens
+                new_calls[0] += info.calls
                 row = round_record(info, spent_before + new_tokens[0])
                 row["ended"] = now()
                 run.append_round(row)
-                status.update(round=info.index, head_version=info.head_version,
-                              held_out_reward=info.held_out_reward, tokens=row["tokens_total"])
+                status.update(round=info.index, head_version=info.head_version, held_out_reward=info.held_out_reward,
+                              tokens=row["tokens_total"], calls=calls_before + new_calls[0])
                 run.write_status(status)
 
             agg = AggregatorConfig(false_accept_rate=spec["false_accept_rate"]) \
@@ -342,7 +345,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
             status.update(state="failed" if result.error else "finished", stop_reason=result.stop_reason,
                           head_version=result.version, error=error, finished=now(),
                           initial_reward=result.initial_reward, held_out_reward=final,
-                          tokens=result.usage.total_tokens, round=len(result.history),
+                          tokens=result.usage.total_tokens, calls=result.usage.calls, round=len(result.history),
                           test=test_summary(result.test), why=why)
             run.write_status(status)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM, SIGHUP, SIGQUIT (`catching_signals`)
@@ -358,7 +361,8 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
             paid = spent_before + int(getattr(getattr(agent, "usage", None), "total_tokens", 0) or 0)
             unsaved = max(0, paid - recorded)
             status.update(state=stop.state, stop_reason=stop.state, signal=stop.name, round=done, head_version=head,
-                          tokens=recorded, tokens_unsaved=unsaved, stopped=now())
+                          tokens=recorded, tokens_unsaved=unsaved, stopped=now(),
+                          calls=sum(r.calls for r in saved_now.rounds) if saved_now else calls_before)
             run.write_status(status)
             kept = (f"head v{head} and every commit before it" if head else "nothing committed yet")
             lost = (f"; {unsaved:,} tokens paid since the last saved {unit} are in no record (its calls were cut "

@@ -162,6 +162,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"tokens spent: {_count(status.get('tokens', 0))}" + (
         f" of {_count(status['max_tokens'])}" if status.get("max_tokens") else "") + (
         f" (and {_count(int(unsaved))} paid after the last saved round, in no record)" if unsaved else ""))
+    if isinstance(status.get("calls"), int) and not isinstance(status.get("calls"), bool):
+        print(f"model calls: {_count(status['calls'])}")
     print(f"stop reason: {status.get('stop_reason')}")
     if status.get("error"):
         print(f"error: {redact(str(status['error']))}")

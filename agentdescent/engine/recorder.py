@@ -59,6 +59,7 @@ class RoundRecorder:
         self.history: list[RoundInfo] = list(history)
         self.resumed_rounds = len(self.history)
         self._tokens_mark = usage.total_tokens
+        self._calls_mark = usage.calls
         self._spent_mark = governor.spent  # the budget's view: without the phases it leaves out
         self._failures_mark = counters.get("backend_failures")
         self.bar: Any = None
@@ -72,6 +73,7 @@ class RoundRecorder:
         """Count from where the run stands now: a resumed run restores its counters and meter after the
         recorder is made, and its first round must show only what it did itself (not the restored totals)."""
         self._tokens_mark = self.usage.total_tokens
+        self._calls_mark = self.usage.calls
         self._spent_mark = self.governor.spent
         self._failures_mark = self.counters.get("backend_failures")
         self._proposal_mark = self.counters.get("proposals")
@@ -104,6 +106,7 @@ class RoundRecorder:
         moment = self.clock.now() if self.clock is not None else 0.0
         info = RoundInfo(
             index=len(self.history) + 1, held_out_reward=held, tokens=total - self._tokens_mark,
+            calls=self.usage.calls - self._calls_mark,
             reports=reports, rollouts=rollouts, cards=cards,
             backend_failures=failures - self._failures_mark, head_version=head_version,
             proposals=self._proposals(reports, refused), refusals=refused,
@@ -112,6 +115,7 @@ class RoundRecorder:
         )
         self._time_mark = moment
         self._tokens_mark, self._failures_mark = total, failures
+        self._calls_mark += info.calls
         self.history.append(info)
         spent = self.governor.spent
         self.governor.end_round(spent - self._spent_mark)  # the projection excludes what the budget does
@@ -129,11 +133,14 @@ class RoundRecorder:
             self.bar.set_postfix(reward=f"{info.held_out_reward:.3f}", commits=sum(h.committed for h in self.history))
 
     def settle_tokens(self) -> None:
-        """Count tokens recorded after the last round (work in flight at the stop) in the last round."""
-        total = self.usage.total_tokens
+        """Count tokens (and calls) recorded after the last round (work in flight at the stop) in the last round."""
+        total, calls = self.usage.total_tokens, self.usage.calls
         if self.history and total > self._tokens_mark:
             self.history[-1].tokens += total - self._tokens_mark
             self._tokens_mark = total
+        if self.history and calls > self._calls_mark:
+            self.history[-1].calls += calls - self._calls_mark
+            self._calls_mark = calls
 
     def settle_refusals(self) -> None:
         """Put the proposals refused after the last round (work in flight at the stop) in the last round."""

@@ -38,6 +38,8 @@ class RoundInfo:
         discarded_stale: cards dropped by the staleness policy.
         conflicts_dropped: cards dropped as the weaker side of a contradiction.
         tokens: tokens recorded on the run's meter during the round.
+        calls: model calls recorded on the run's meter during the round (``usage.calls``): the
+            rounds' calls add up to ``result.usage.calls`` as their tokens add up to its tokens.
         reports: the merge reports.
         rollouts: rollouts finished in the round.
         cards: evidence cards merged in the round.
@@ -75,6 +77,7 @@ class RoundInfo:
     discarded_stale: int = 0
     conflicts_dropped: int = 0
     tokens: int = 0
+    calls: int = 0
     reports: list[MergeReport] = field(default_factory=list)
     rollouts: int = 0
     cards: int = 0
@@ -95,7 +98,7 @@ class RoundInfo:
         """A JSON-ready dict."""
         data = {k: getattr(self, k) for k in (
             "index", "held_out_reward", "committed", "fused", "discarded_stale",
-            "conflicts_dropped", "tokens", "rollouts", "cards", "backend_failures", "head_version",
+            "conflicts_dropped", "tokens", "calls", "rollouts", "cards", "backend_failures", "head_version",
             "proposals", "elapsed", "measured_share", "notes",
         )}
         data["reports"] = [r.to_json() for r in self.reports]

@@ -113,6 +113,7 @@ def round_facts(info: Any) -> dict[str, Any]:
     return {
         "round": info.index, "held_out_reward": info.held_out_reward, "head_version": info.head_version,
         "committed": info.committed, "fused": info.fused, "rollouts": info.rollouts, "cards": info.cards,
+        "calls": info.calls,
         "discarded_stale": info.discarded_stale, "backend_failures": info.backend_failures,
         "proposals": info.proposals, "decisions": [decision_facts(r) for r in info.reports],
         "measured_share": info.measured_share, "notes": list(info.notes),

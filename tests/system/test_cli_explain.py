@@ -294,13 +294,14 @@ def _totals(run_dir: Path) -> dict:
     """The run's totals as each view states them: rounds, tokens, commits (and the head)."""
     rows = _rows(run_dir)
     status = json.loads((run_dir / "status.json").read_text())
-    out = {"rows": {"rounds": len(rows), "tokens": sum(r["tokens"] for r in rows),
+    out = {"rows": {"rounds": len(rows), "tokens": sum(r["tokens"] for r in rows), "calls": sum(r["calls"] for r in rows),
                     "commits": sum(r["committed"] for r in rows),
                     "tokens_total": rows[-1]["tokens_total"] if rows else 0},
-           "status": {"rounds": status["round"], "tokens": status["tokens"], "head": status["head_version"]}}
+           "status": {"rounds": status["round"], "tokens": status["tokens"], "calls": status["calls"],
+                      "head": status["head_version"]}}
     if (run_dir / "result.json").exists():
         result = EvolutionResult.load(run_dir / "result.json")
-        out["result"] = {"rounds": len(result.history), "tokens": result.usage.total_tokens,
+        out["result"] = {"rounds": len(result.history), "tokens": result.usage.total_tokens, "calls": result.usage.calls,
                          "commits": result.committed, "head": result.version,
                          "round_tokens": sum(h.tokens for h in result.history)}
     return out
@@ -314,15 +315,17 @@ def _agree(run_dir: Path, *, finished: bool) -> dict:
     t = _totals(run_dir)
     rows, status = t["rows"], t["status"]
     assert rows["rounds"] == status["rounds"] and rows["tokens"] == rows["tokens_total"] == status["tokens"], t
+    assert rows["calls"] == status["calls"] > 0, t
     if finished:
         result = t["result"]
-        assert (result["rounds"], result["tokens"], result["commits"]) == (rows["rounds"], rows["tokens"],
-                                                                          rows["commits"]), t
+        assert (result["rounds"], result["tokens"], result["calls"], result["commits"]) == (
+            rows["rounds"], rows["tokens"], rows["calls"], rows["commits"]), t
         assert result["round_tokens"] == result["tokens"] and result["head"] == status["head"], t
         cost = parse(build_report(RunDir(run_dir))).section("cost")
         assert f"all {result['tokens']:,} 100%" in cost, cost[:400]
+        assert f"model calls {result['calls']:,}" in cost, cost[:600]
     verbose = cli("status", str(run_dir), "--verbose").stdout
-    assert f"tokens spent: {status['tokens']:,}" in verbose
+    assert f"tokens spent: {status['tokens']:,}" in verbose and f"model calls: {status['calls']:,}" in verbose
     assert f"commits: {rows['commits']} in {rows['rounds']} round(s)" in verbose
     assert verbose.count("\nround ") == rows["rounds"]
     return t
@@ -351,4 +354,4 @@ def test_totals_agree_across_result_rounds_status_and_report_after_a_run_a_ctrl_
         assert resumed.returncode == 0, resumed.stderr
         after = _agree(run_dir, finished=True)
     assert after["rows"]["rounds"] == stopped["rows"]["rounds"] + 2
-    assert after["rows"]["tokens"] >= stopped["rows"]["tokens"]
+    assert after["rows"]["tokens"] >= stopped["rows"]["tokens"] and after["rows"]["calls"] > stopped["rows"]["calls"]
