@@ -362,9 +362,9 @@ def run_one(spec: WorkloadSpec, seed: int, arm: str, rounds: int,
     log: list[dict[str, Any]] = []
 
     def factory(ledger: Any, evaluator: Any, cfg: AggregatorConfig, staleness_policy: Any,
-                allocator: Any, *, tournament_gate: Any) -> Aggregator:
+                allocator: Any, *, budget: Any) -> Aggregator:
         return RecordingAggregator(ledger, evaluator, cfg, staleness_policy, allocator,
-                                   tournament_gate=tournament_gate, inst=inst, log=log)
+                                   budget=budget, inst=inst, log=log)
 
     ledger = MemoryLedger()
     row = RunRow(spec.name, arm, seed, rounds)

@@ -100,8 +100,8 @@ def test_a_duck_typed_evaluator_runs_end_to_end(engine):
     """
     evaluator = DuckEvaluator()
 
-    def factory(ledger, _evaluator, config, policy, allocator, *, tournament_gate):
-        return Aggregator(ledger, evaluator, config, policy, allocator, tournament_gate=tournament_gate)
+    def factory(ledger, _evaluator, config, policy, allocator, *, budget):
+        return Aggregator(ledger, evaluator, config, policy, allocator, budget=budget)
 
     result = engine(toy_tasks(9), toy_reward, run=echo_run, propose=toy_propose, aggregator_factory=factory,
                     shuffle=False, agg_config=AggregatorConfig(rescore="deterministic"))

@@ -2,7 +2,10 @@
 
 This module owns the token-budget floors, the next-round projection, the optional
 diminishing-returns stop, and the single question workers ask before their optional
-spend (`BudgetGovernor.candidate_worth`). The governor only ever *removes* optional
+spend (`BudgetGovernor.candidate_worth`, which `BudgetGovernor.allocate` asks once per card
+and records on it). It is also the merge's one budget input
+(`agentdescent.budget.merge_budget.MergeBudget`: `evaluates`, `allows_tournament`), and it
+learns each round's spend and reward from the run's recorder alone. The governor only ever *removes* optional
 spend; it never adds work. Without ``max_tokens`` it is inert: every question gets the
 answer a run without a budget would get. A run binds it to its meter
 (`BudgetGovernor.bind`), so the spend it judges is always the meter's current total;
@@ -183,6 +186,26 @@ class BudgetGovernor:
     def allow_self_verify(self) -> bool:
         """Self-verify is affordable while less than ``hard_floor`` is spent (the spend-floor rule)."""
         return self.max_tokens is None or self.spent_fraction() < self.hard_floor
+
+    def allows_tournament(self) -> bool:
+        """`allow_fusion_tournament`, as the merge asks it (`agentdescent.budget.merge_budget.MergeBudget`)."""
+        return self.allow_fusion_tournament()
+
+    def allocate(self, card: Any, ctx: AllocatorContext) -> bool:
+        """Decide, once per card, its optional spend; record on the card whether it gets its held-out evaluation.
+
+        Asks `candidate_worth` (the self-verify answer, returned). With an allocator the same
+        answer is the card's held-out evaluation: ``card.allocated`` records it, and
+        `evaluates` reads it back at the merge; the spend floors alone (no allocator) never
+        refuse that evaluation.
+        """
+        worth = self.candidate_worth(ctx)
+        card.allocated = worth or self.allocator is None
+        return worth
+
+    def evaluates(self, card: Any) -> bool:
+        """Whether ``card`` gets its held-out evaluation: the answer `allocate` recorded on it."""
+        return bool(getattr(card, "allocated", True))
 
     def candidate_worth(self, ctx: AllocatorContext) -> bool:
         """Should this candidate get its self-verify rollout?

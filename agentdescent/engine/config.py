@@ -68,6 +68,7 @@ __all__ = [
     "RunConfig",
     "Schedule",
     "Split",
+    "budget_keyword",
     "engine_signature",
 ]
 
@@ -459,3 +460,15 @@ def engine_signature(engine: str, extras: Sequence[inspect.Parameter] = ()) -> i
         params.append(inspect.Parameter(name, kw, default=None, annotation=FAMILIES[name].__name__))
     params += list(extras)
     return inspect.Signature(params, return_annotation="EvolutionResult")
+
+
+def budget_keyword(factory: Any, governor: Any) -> dict[str, Any]:
+    """The budget keyword of an ``aggregator_factory`` call: ``budget=governor`` for a factory that takes it
+    (`agentdescent.engine.runtime.AggregatorFactory`), ``tournament_gate=`` for one written before it."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a callable without a signature: the current keyword
+        return {"budget": governor}
+    if any(p.name == "budget" or p.kind is p.VAR_KEYWORD for p in params):
+        return {"budget": governor}
+    return {"tournament_gate": governor.allow_fusion_tournament}

@@ -125,7 +125,13 @@ class RoundRecorder:
         return info
 
     def announce(self, info: RoundInfo) -> None:
-        """Pass a recorded round to ``on_round`` and the bar (after its progress is saved)."""
+        """Pass a recorded round to the budget governor, ``on_round`` and the bar (after its progress is saved).
+
+        The governor learns the round's held-out reward here (its diminishing-returns rule
+        reads it), as it learned the round's spend in `record`: the recorder is the one
+        writer of what a round did into it.
+        """
+        self.governor.observe(info.held_out_reward)
         if self.on_round is not None:
             self.on_round(info)
         if self.bar is not None:

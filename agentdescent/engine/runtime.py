@@ -41,7 +41,7 @@ from ..merge.staleness import StalenessPolicy
 from ..merge.strategies import AppendRules, Strategy
 from ..types import MergeOutcome, MergeReport, Task
 from ..usage import Usage
-from .config import RunConfig
+from .config import RunConfig, budget_keyword
 from .counters import Counters
 from .demos import DemoChooser, PromptGuard
 from .evaluation import RolloutEvaluator
@@ -62,16 +62,18 @@ logger = logging.getLogger("agentdescent.runtime")
 
 
 class AggregatorFactory(Protocol):
-    """Builds the run's merger: ``factory(ledger, evaluator, config, staleness_policy, allocator, *, tournament_gate)``.
+    """Builds the run's merger: ``factory(ledger, evaluator, config, staleness_policy, allocator, *, budget)``.
 
     Called once per run, from the calling thread, before any work starts. It must return
-    an `Aggregator` (a subclass is how to change a step of the pipeline); ``tournament_gate``
-    is the budget governor's ``allow_fusion_tournament`` and should be passed on.
+    an `Aggregator` (a subclass is how to change a step of the pipeline); ``budget`` is the
+    run's `agentdescent.BudgetGovernor`, the merge's one budget input, and should be passed
+    on. A factory written for the older ``tournament_gate=`` keyword (and no ``budget``) is
+    given the governor's ``allow_fusion_tournament`` there instead.
     """
 
     def __call__(self, ledger: Ledger, evaluator: Evaluator, config: AggregatorConfig,
                  staleness_policy: StalenessPolicy | None, allocator: AllocatorPolicy | None, *,
-                 tournament_gate: Callable[[], bool] | None) -> Aggregator:
+                 budget: BudgetGovernor) -> Aggregator:
         """Build the aggregator."""
         ...
 
@@ -376,7 +378,7 @@ def open_run(config: RunConfig, *, unit: str = "round", pool_threads: int | None
     factory = config.aggregator_factory if config.aggregator_factory is not None else Aggregator
     agg_config = config.aggregator_config()
     aggregator = factory(led, evaluator, agg_config, config.staleness_policy, config.allocator,
-                         tournament_gate=governor.allow_fusion_tournament)
+                         **budget_keyword(factory, governor))
     if not isinstance(aggregator, Aggregator):
         runner.close()
         if owns_ledger:

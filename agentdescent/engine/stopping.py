@@ -218,7 +218,6 @@ class StopRules:
             self.since_best = 0
         else:
             self.since_best += rollouts_merged
-        self.governor.observe(held_out_reward)
         moment = Moment(held_out_reward=held_out_reward, measured=measured, elapsed=self.elapsed(),
                         since_best=self.since_best)
         return next((rule.reason for rule in self.merge if rule.after_merge(moment)), None)

@@ -387,11 +387,10 @@ def card_step(env: WorkerContext, rollout: Rollout) -> EvidenceCard | None:
             return None
         card = EvidenceCard(diff, {env.artifact_id: rollout.version}, None, advantage, [task],
                             feedback=getattr(rollout.reward, "feedback", ""), proposal_kind=kind)
-        worth = env.governor.candidate_worth(pre_spend_context(card, env.blast_radius))
         # The spend floors alone (no allocator) cut only the optional spend, the self-verify;
         # whether a candidate gets its held-out evaluation is an allocator's call to make.
-        card.allocated = worth or env.governor.allocator is None
-        if not card.allocated:
+        worth = env.governor.allocate(card, pre_spend_context(card, env.blast_radius))
+        if not env.governor.evaluates(card):
             env.counters.add("not_allocated")
         if env.self_verify and kind == "model":
             if worth:

@@ -26,7 +26,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..budget.allocator import AllocatorPolicy, pre_spend_context
-from ..errors import CASConflict, GovernanceError, InvalidArgumentType
+from ..budget.merge_budget import NO_BUDGET, GateBudget, MergeBudget
+from ..errors import CASConflict, GovernanceError, InvalidArgument, InvalidArgumentType
 from ..fate import CardFate, FateKind
 from ..ledger import Ledger
 from ..seams import adopt
@@ -59,8 +60,18 @@ class Aggregator:
         config: pipeline knobs.
         staleness_policy: defaults to `GuardedStaleness`.
         allocator: receives outcome feedback (optional).
-        tournament_gate: a callable saying whether the optional fusion tournament is
-            still affordable (the budget governor's ``allow_fusion_tournament``).
+        budget: the run's budget, the merge's one budget input
+            (`agentdescent.budget.merge_budget.MergeBudget`: whether each card gets its
+            held-out evaluation, whether the optional fusion tournament is affordable); the
+            engines pass their `agentdescent.BudgetGovernor`. None: the tournament always
+            runs, and a card is evaluated unless its ``allocated`` records a refusal.
+        tournament_gate: the older form of ``budget``: a callable saying whether the
+            tournament is affordable (a card is then evaluated unless ``card.allocated`` is
+            False). Not with ``budget``.
+
+    Raises:
+        InvalidArgument: both ``budget`` and ``tournament_gate``.
+        InvalidArgumentType: a ``budget`` without ``evaluates`` and ``allows_tournament``.
     """
 
     def __init__(
@@ -71,6 +82,7 @@ class Aggregator:
         staleness_policy: StalenessPolicy | None = None,
         allocator: AllocatorPolicy | None = None,
         *,
+        budget: MergeBudget | None = None,
         tournament_gate: Callable[[], bool] | None = None,
     ) -> None:
         self.ledger = adopt(ledger, Ledger, "ledger")
@@ -81,7 +93,14 @@ class Aggregator:
         self.staleness_policy = (adopt(staleness_policy, StalenessPolicy, "staleness_policy")
                                  if staleness_policy is not None else GuardedStaleness())
         self.allocator = adopt(allocator, AllocatorPolicy, "allocator") if allocator is not None else None
-        self.tournament_gate = tournament_gate
+        if budget is not None and tournament_gate is not None:
+            raise InvalidArgument("pass budget= or tournament_gate=, not both (a budget answers the tournament too)")
+        if budget is not None and not isinstance(budget, MergeBudget):
+            raise InvalidArgumentType(f"budget={budget!r:.80}: pass an object with evaluates(card) and "
+                                      "allows_tournament() (an agentdescent.BudgetGovernor), or None")
+        #: the merge's one budget input (`agentdescent.budget.merge_budget.MergeBudget`)
+        self.budget: MergeBudget = budget if budget is not None else (
+            GateBudget(tournament_gate) if tournament_gate is not None else NO_BUDGET)
         self._lock = threading.Lock()
         self._pending: list[EvidenceCard] = []
         self.pool = EvidencePool(self.config.evidence_pool_size)
@@ -289,14 +308,14 @@ class Aggregator:
         # A card the budget governor judged not worth its optional spend is not evaluated
         # at all (not even on the cheap subset), so it cannot be committed; it keeps its
         # evidence in the pool, and nothing is measured or reported to the allocator.
-        skipped = [c for c in cards if not c.allocated]
+        skipped = [c for c in cards if not self.budget.evaluates(c)]
         if skipped:
             self.counters["not_evaluated"] += len(skipped)
             intake.set_aside.extend(skipped)
             for card in skipped:
                 intake.end(card, FateKind.NOT_ALLOCATED, "the budget governor judged it not worth its held-out "
                            "evaluation: not evaluated, its evidence pooled")
-            cards = [c for c in cards if c.allocated]
+            cards = [c for c in cards if self.budget.evaluates(c)]
             if not cards:
                 report = MergeReport(
                     artifact_id, MergeOutcome.BELOW_THRESHOLD, considered=len(skipped),

@@ -13,7 +13,7 @@ It must not evaluate, commit, or read anything but the cards, the head and the p
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,11 +64,13 @@ class EvidencePool:
 
     def draw(self, artifact_id: str, version: int, head_state: Mapping[str, str],
              head_versions: Mapping[str, int], alpha: int, batch: Sequence[EvidenceCard], *,
-             policy: StalenessPolicy, draw: int, max_retries: int) -> tuple[list[PoolEntry], dict[int, StaleAction]]:
+             policy: StalenessPolicy, draw: int, max_retries: int,
+             evaluates: Callable[[EvidenceCard], bool] | None = None) -> tuple[list[PoolEntry], dict[int, StaleAction]]:
         """The pooled cards one decision re-tries; reads the pool, never changes it.
 
-        A card qualifies when it targets ``artifact_id``, was allocated (the governor's
-        call stands), has been re-tried fewer than ``max_retries`` times, did not fail
+        A card qualifies when it targets ``artifact_id``, gets its held-out evaluation
+        (``evaluates(card)``, the merge's budget; by default the budget's answer recorded on
+        the card, ``card.allocated``: the governor's call stands), has been re-tried fewer than ``max_retries`` times, did not fail
         the rebase re-verification on this very head ``version``, writes no key the
         batch (or a card drawn before it) writes, is not already in the head, and is not
         discarded outright by ``policy`` (eta measured from the card's own base version).
@@ -88,7 +90,7 @@ class EvidencePool:
             diff = entry.card.diff
             if (
                 diff.target != artifact_id
-                or not entry.card.allocated  # never evaluated: the governor's call stands
+                or not (evaluates(entry.card) if evaluates is not None else entry.card.allocated)  # the budget's call stands
                 or entry.retries >= max_retries
                 or entry.rejected_on == version
                 or not taken.isdisjoint(diff.ops)

@@ -139,7 +139,7 @@ class MergeParts(Protocol):
     config: Any
     evaluator: Any
     staleness_policy: Any
-    tournament_gate: Any
+    budget: Any
     pool: Any
     counters: Any
     measurer: Any
@@ -203,6 +203,7 @@ class Preparer:
         intake.drawn, drawn_actions = self.parts.pool.draw(
             artifact_id, head.version, head.state, head.versions, alpha, new_cards,
             policy=self.parts.staleness_policy, draw=cfg.pool_draw, max_retries=cfg.pool_retries,
+            evaluates=self.parts.budget.evaluates,
         )
         return [*new_cards, *(entry.card for entry in intake.drawn)], drawn_actions
 
@@ -311,8 +312,7 @@ class Preparer:
         cfg = self.parts.config
         by_cheap = cfg.rank_by == "cheap"
         union = union_diff([c.diff for c in members], artifact_id)
-        gate = self.parts.tournament_gate
-        if cfg.fusion_tournament and (gate is None or gate()):
+        if cfg.fusion_tournament and self.parts.budget.allows_tournament():
             self.parts.counters["tournaments"] += 1
             # Ranked by evidence, the union carries every member's self-verified gain
             # (by the cheap score it is scored like any single).
