@@ -54,19 +54,18 @@ class NoBudget:
 NO_BUDGET = NoBudget()
 
 
-class GateBudget:
+class GateBudget(NoBudget):
     """An aggregator's budget built from the older ``tournament_gate`` callable.
 
-    The tournament asks ``gate()``; a card is evaluated unless the worker recorded the
-    budget's refusal on it (``card.allocated`` False), as aggregators given a gate always did.
+    The tournament asks ``gate()``; a card is evaluated as `NoBudget` evaluates it (unless
+    the worker recorded the budget's refusal on it), as aggregators given a gate always did.
     """
 
     def __init__(self, gate: Callable[[], bool]) -> None:
         self.gate = gate
 
-    def evaluates(self, card: Any) -> bool:
-        """The budget's answer recorded on the card when the worker asked."""
-        return bool(getattr(card, "allocated", True))
+    def __repr__(self) -> str:
+        return f"GateBudget({self.gate!r})"
 
     def allows_tournament(self) -> bool:
         """``gate()``."""

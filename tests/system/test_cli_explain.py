@@ -99,20 +99,26 @@ def test_a_commit_shows_its_numbers_its_reason_and_its_diff(tmp_path):
     assert "expected exactly" in first["feedback"]
 
 
+def _interrupted_after_two_rounds(run_dir: Path) -> tuple[subprocess.Popen, str, str]:
+    """Start ``agentdescent run`` on ``run_dir``, send it Ctrl-C once two rounds are written; its output."""
+    env = {**os.environ, "CLI_TEST_KEY": KEY, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([*_script(), "run", str(run_dir), "--rounds", "30", "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    rounds_file = run_dir / "rounds.jsonl"
+    deadline = time.monotonic() + 60
+    while not (rounds_file.exists() and len(rounds_file.read_text().splitlines()) >= 2):
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc, out, err
+
+
 def test_ctrl_c_ends_with_one_line_and_exit_130_then_resume_counts_the_whole_run(tmp_path):
     with LLMServer(responder=responder(delay=0.05)) as server:
         run_dir = init(tmp_path, server)
-        env = {**os.environ, "CLI_TEST_KEY": KEY, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([*_script(), "run", str(run_dir), "--rounds", "30", "--workers", "2"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        rounds_file = run_dir / "rounds.jsonl"
-        deadline = time.monotonic() + 60
-        while not (rounds_file.exists() and len(rounds_file.read_text().splitlines()) >= 2):
-            assert proc.poll() is None, "the run ended before it could be interrupted"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        proc, out, err = _interrupted_after_two_rounds(run_dir)
         assert proc.returncode == 130
         assert "Traceback" not in err
         [line] = [t for t in err.replace("\r", "\n").splitlines() if t.startswith("interrupted")]
@@ -338,16 +344,7 @@ def test_totals_agree_across_result_rounds_status_and_report_after_a_run_a_ctrl_
         _agree(clean, finished=True)
 
         run_dir = init(tmp_path, server, name="stopped")
-        env = {**os.environ, "CLI_TEST_KEY": KEY, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([*_script(), "run", str(run_dir), "--rounds", "30", "--workers", "2"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        rounds_file = run_dir / "rounds.jsonl"
-        deadline = time.monotonic() + 60
-        while not (rounds_file.exists() and len(rounds_file.read_text().splitlines()) >= 2):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+        proc, _, _ = _interrupted_after_two_rounds(run_dir)
         assert proc.returncode == 130
         stopped = _agree(run_dir, finished=False)  # what is paid outside a saved round is apart: tokens_unsaved
         resumed = cli("resume", str(run_dir), "--rounds", "2")
