@@ -161,6 +161,7 @@ def run_once(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "phases": result.usage.by_phase(), "agent": agent.stats(),
         "initial": result.initial_reward, "final": result.final_reward,
         "held_out": board.n_tasks, "noise": counters.get("noise", {}),
+        "final_measured": counters.get("final_reward_measured", 0),
         "held_out_tasks_scored": counters.get("merge_held_out_tasks_scored", 0),
         "held_out_tasks_saved": counters.get("merge_held_out_tasks_saved", 0),
         "commits": commits, "refusals": refusals,
@@ -174,7 +175,7 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [f"model {args.model} at {args.base_url}; {args.tasks.name}; rounds {args.rounds}, "
              f"workers {args.workers}, per-call limit {args.call_tokens} tokens, temperature {args.temperature}, "
              f"false_accept_rate {args.false_accept_rate}", ""]
-    lines += ["| seed | held-out start → end (estimate) | commits | refused | noise | held-out tasks scored / "
+    lines += ["| seed | held-out start → end (end: tasks measured) | commits | refused | noise | held-out tasks scored / "
               "saved | calls: library / server | tokens: library / server | seconds |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -183,7 +184,7 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         what = f"{noise.get('state', '?')}" + (f" ({rate:.2f} of {noise.get('agreements', 0) + noise.get('disagreements', 0)}"
                                                " re-draws differ)" if rate is not None else "")
         lines.append(
-            f"| {r['seed']} | {r['initial']:.3f} → {r['final']:.3f} | {len(r['commits'])} | {len(r['refusals'])} | "
+            f"| {r['seed']} | {r['initial']:.3f} → {r['final']:.3f} ({r['final_measured']} of {r['held_out']}) | {len(r['commits'])} | {len(r['refusals'])} | "
             f"{what} | {r['held_out_tasks_scored']} / {r['held_out_tasks_saved']} | {r['calls']} / "
             f"{r['server_calls']} | {r['tokens']} / {r['server_tokens']} | {r['seconds']} |")
     lines += ["", "Tokens, library / server: prompt and completion; by phase (library):"]
