@@ -88,7 +88,7 @@ KINDS = ("sync", "async", "cli", "tree")
 #: rollout latency, or the loopback model's reply delay, in seconds) and the window the kill delay is drawn
 #: from (seconds after the child's start: its early part lands in the child's imports and its opening, the
 #: rest in its rounds; a child's opening took about 1 s (cli, tree: 2 to 4 s) on 2 shared cores, and a sync or
-#: async child records its first round about 4.5 s after its start: its starting evaluation and the first decision).
+#: async child records its first round 2.5 to 4.5 s after its start: its starting evaluation and the first decision).
 PLAN: dict[str, dict[str, Any]] = {
     "sync": {"rounds": 150, "workers": 4, "latency": 0.03, "window": (0.5, 8.0)},
     "async": {"rollouts": 2400, "workers": 4, "latency": 0.03, "window": (0.5, 8.0)},
