@@ -24,6 +24,7 @@ from ..seams import adopt
 from ..usage import Usage
 from ..validation import check_bool, check_fraction, check_int, check_real
 from .allocator import AllocatorContext, AllocatorPolicy
+from .merge_budget import NO_BUDGET
 
 __all__ = ["BudgetGovernor"]
 
@@ -205,7 +206,7 @@ class BudgetGovernor:
 
     def evaluates(self, card: Any) -> bool:
         """Whether ``card`` gets its held-out evaluation: the answer `allocate` recorded on it."""
-        return bool(getattr(card, "allocated", True))
+        return NO_BUDGET.evaluates(card)
 
     def candidate_worth(self, ctx: AllocatorContext) -> bool:
         """Should this candidate get its self-verify rollout?

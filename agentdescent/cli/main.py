@@ -292,7 +292,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
         saved = read_saved(ledger, spec)
         _write_rounds(run, saved.rounds if saved else [])
         spent_before = saved.tokens if saved else 0
-        calls_before = sum(r.calls for r in saved.rounds) if saved else 0
+        calls_before = saved.calls if saved else 0
         done_before = len(saved.rounds) if saved else 0
         previous = read_json(run.status_file, "status.json") if run.status_file.exists() else {}
         status: dict[str, Any] = {
@@ -362,7 +362,7 @@ def _execute(run: RunDir, spec: dict[str, Any], *, rounds: int, workers: int, ma
             unsaved = max(0, paid - recorded)
             status.update(state=stop.state, stop_reason=stop.state, signal=stop.name, round=done, head_version=head,
                           tokens=recorded, tokens_unsaved=unsaved, stopped=now(),
-                          calls=sum(r.calls for r in saved_now.rounds) if saved_now else calls_before)
+                          calls=saved_now.calls if saved_now else calls_before)
             run.write_status(status)
             kept = (f"head v{head} and every commit before it" if head else "nothing committed yet")
             lost = (f"; {unsaved:,} tokens paid since the last saved {unit} are in no record (its calls were cut "

@@ -76,6 +76,11 @@ class SavedProgress:
         return self.usage.total_tokens
 
     @property
+    def calls(self) -> int:
+        """Model calls the run has made."""
+        return self.usage.calls
+
+    @property
     def commits(self) -> int:
         """Commits over the saved rounds."""
         return sum(r.committed for r in self.rounds)

@@ -101,12 +101,12 @@ class RoundRecorder:
                head_version: int | None = None, measured_share: float | None = None,
                notes: list[str] | None = None) -> RoundInfo:
         """The `RoundInfo` of the merge just made, logged; `announce` shows it and passes it to ``on_round``."""
-        total, failures = self.usage.total_tokens, self.counters.get("backend_failures")
+        total, calls, failures = self.usage.total_tokens, self.usage.calls, self.counters.get("backend_failures")
         refused = self.refusals.drain()
         moment = self.clock.now() if self.clock is not None else 0.0
         info = RoundInfo(
             index=len(self.history) + 1, held_out_reward=held, tokens=total - self._tokens_mark,
-            calls=self.usage.calls - self._calls_mark,
+            calls=calls - self._calls_mark,
             reports=reports, rollouts=rollouts, cards=cards,
             backend_failures=failures - self._failures_mark, head_version=head_version,
             proposals=self._proposals(reports, refused), refusals=refused,
@@ -114,8 +114,7 @@ class RoundRecorder:
             measured_share=measured_share, notes=list(notes or []), **summarize(reports),
         )
         self._time_mark = moment
-        self._tokens_mark, self._failures_mark = total, failures
-        self._calls_mark += info.calls
+        self._tokens_mark, self._calls_mark, self._failures_mark = total, calls, failures
         self.history.append(info)
         spent = self.governor.spent
         self.governor.end_round(spent - self._spent_mark)  # the projection excludes what the budget does

@@ -308,14 +308,17 @@ class Aggregator:
         # A card the budget governor judged not worth its optional spend is not evaluated
         # at all (not even on the cheap subset), so it cannot be committed; it keeps its
         # evidence in the pool, and nothing is measured or reported to the allocator.
-        skipped = [c for c in cards if not self.budget.evaluates(c)]
+        evaluated: list[EvidenceCard] = []
+        skipped: list[EvidenceCard] = []
+        for card in cards:
+            (evaluated if self.budget.evaluates(card) else skipped).append(card)
         if skipped:
             self.counters["not_evaluated"] += len(skipped)
             intake.set_aside.extend(skipped)
             for card in skipped:
                 intake.end(card, FateKind.NOT_ALLOCATED, "the budget governor judged it not worth its held-out "
                            "evaluation: not evaluated, its evidence pooled")
-            cards = [c for c in cards if self.budget.evaluates(c)]
+            cards = evaluated
             if not cards:
                 report = MergeReport(
                     artifact_id, MergeOutcome.BELOW_THRESHOLD, considered=len(skipped),

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..budget.merge_budget import NO_BUDGET
 from ..types import EvidenceCard, Task, vv_staleness
 from .staleness import StaleAction, StalenessPolicy
 
@@ -65,7 +66,8 @@ class EvidencePool:
     def draw(self, artifact_id: str, version: int, head_state: Mapping[str, str],
              head_versions: Mapping[str, int], alpha: int, batch: Sequence[EvidenceCard], *,
              policy: StalenessPolicy, draw: int, max_retries: int,
-             evaluates: Callable[[EvidenceCard], bool] | None = None) -> tuple[list[PoolEntry], dict[int, StaleAction]]:
+             evaluates: Callable[[EvidenceCard], bool] = NO_BUDGET.evaluates,
+             ) -> tuple[list[PoolEntry], dict[int, StaleAction]]:
         """The pooled cards one decision re-tries; reads the pool, never changes it.
 
         A card qualifies when it targets ``artifact_id``, gets its held-out evaluation
@@ -90,7 +92,7 @@ class EvidencePool:
             diff = entry.card.diff
             if (
                 diff.target != artifact_id
-                or not (evaluates(entry.card) if evaluates is not None else entry.card.allocated)  # the budget's call stands
+                or not evaluates(entry.card)  # the budget's call stands
                 or entry.retries >= max_retries
                 or entry.rejected_on == version
                 or not taken.isdisjoint(diff.ops)

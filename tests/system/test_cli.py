@@ -151,6 +151,20 @@ def test_init_plan_run_status_show_export_report(tmp_path):
             assert KEY.encode() not in f.read_bytes(), f
 
 
+def started_run(run_dir: Path, *, rounds: int, output: int = subprocess.PIPE, after: int = 2) -> subprocess.Popen:
+    """Start ``agentdescent run`` on ``run_dir`` (2 workers) and return it once ``after`` rounds are in rounds.jsonl."""
+    env = {**os.environ, "CLI_TEST_KEY": KEY, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([*_script(), "run", str(run_dir), "--rounds", str(rounds), "--workers", "2"],
+                            stdout=output, stderr=output, text=True, env=env)
+    rounds_file = run_dir / "rounds.jsonl"
+    deadline = time.monotonic() + 60
+    while not (rounds_file.exists() and len(rounds_file.read_text().splitlines()) >= after):
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc
+
+
 def test_kill_9_mid_run_then_resume_continues_the_numbering_and_the_spend(tmp_path):
     """A run killed with SIGKILL resumes from what its ledger saved: numbering and spend go on.
 
@@ -162,15 +176,8 @@ def test_kill_9_mid_run_then_resume_continues_the_numbering_and_the_spend(tmp_pa
     """
     with LLMServer(responder=responder(delay=0.02)) as server:
         run_dir = init(tmp_path, server)
-        env = {**os.environ, "CLI_TEST_KEY": KEY, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([*_script(), "run", str(run_dir), "--rounds", "40", "--workers", "2"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        proc = started_run(run_dir, rounds=40, output=subprocess.DEVNULL)
         rounds_file = run_dir / "rounds.jsonl"
-        deadline = time.monotonic() + 60
-        while not (rounds_file.exists() and len(rounds_file.read_text().splitlines()) >= 2):
-            assert proc.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,18 @@ from agentdescent import EvolutionResult
 from agentdescent.cli.rundir import RunDir
 from agentdescent.testing.llmserver import LLMServer, Reply, openai_body
 
-from .test_cli import KEY, ROOT, RULE, _is_proposal, _option_help, _script, cli, init, responder
+from .test_cli import (
+    KEY,
+    ROOT,
+    RULE,
+    _is_proposal,
+    _option_help,
+    _script,
+    cli,
+    init,
+    responder,
+    started_run,
+)
 
 pytest.importorskip("openai")
 
@@ -101,15 +111,7 @@ def test_a_commit_shows_its_numbers_its_reason_and_its_diff(tmp_path):
 
 def _interrupted_after_two_rounds(run_dir: Path) -> tuple[subprocess.Popen, str, str]:
     """Start ``agentdescent run`` on ``run_dir``, send it Ctrl-C once two rounds are written; its output."""
-    env = {**os.environ, "CLI_TEST_KEY": KEY, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([*_script(), "run", str(run_dir), "--rounds", "30", "--workers", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    rounds_file = run_dir / "rounds.jsonl"
-    deadline = time.monotonic() + 60
-    while not (rounds_file.exists() and len(rounds_file.read_text().splitlines()) >= 2):
-        assert proc.poll() is None, "the run ended before it could be interrupted"
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    proc = started_run(run_dir, rounds=30)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     return proc, out, err
